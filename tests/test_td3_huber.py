@@ -1,0 +1,321 @@
+"""Tests of td3_huber.py: wrappers against their statistics, networks and targets against independent computations,
+the world model against a known stochastic system, and the script end to end as a user runs it."""
+
+import math
+import shutil
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import td3_huber
+from helpers import error_lines, only_run_dir, read_scalars, read_summary, run_script
+from td3_huber import (
+    Args, Critic, GaussianDynamicsNoise, MultiplicativeObservationNoise, ReplayBuffer, RunningNormaliser, WorldModel,
+    critic_loss, make_env, td_targets,
+)
+
+TINY = ["--learning-starts", "200", "--hidden-dim", "32", "--wm-hidden-dim", "32", "--updates-per-step", "2",
+        "--eval-frequency", "200", "--eval-episodes", "2", "--batch-size", "64"]
+
+
+# ENV HELPERS
+def test_multiplicative_noise_is_one_factor_per_episode_inside_the_range():
+    env = MultiplicativeObservationNoise(gym.make("PointMass-v0"), scale=0.2)
+    factors = []
+    for episode in range(200):
+        obs, _ = env.reset(seed=episode)
+        ratios = [obs[:2] / env.unwrapped._get_obs()[:2]]  # position only: the velocity is 0 at reset
+        for _ in range(5):
+            obs, *_ = env.step(env.action_space.sample())
+            ratios.append(obs[:4] / env.unwrapped._get_obs()[:4])
+        ratios = np.concatenate(ratios)
+        np.testing.assert_allclose(ratios, ratios[0], rtol=1e-5)  # constant within the episode
+        factors.append(ratios[0])
+    factors = np.array(factors)
+    assert factors.min() >= 0.8 and factors.max() <= 1.2
+    assert factors.min() < 0.82 and factors.max() > 1.18  # the whole range is used
+    assert abs(factors.mean() - 1.0) < 0.03 and abs(factors.std() - 0.4 / math.sqrt(12)) < 0.02  # U[0.8, 1.2]
+
+
+def test_multiplicative_noise_observation_space_contains_scaled_flags():
+    env = make_env(Args(env_id="PointMass-v0", obs_noise="mult", obs_noise_scale=0.3))
+    assert env.observation_space.high[-1] == pytest.approx(1.3)
+    assert env.observation_space.dtype == np.float32
+
+
+def dynamics_noise_samples(env_id: str, std: float, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """(noise added to qpos, noise added to qvel) over `steps` steps: the wrapped state minus a noiseless replay."""
+    noisy = GaussianDynamicsNoise(gym.make(env_id), std)
+    clean = gym.make(env_id).unwrapped
+    noisy.reset(seed=0)
+    clean.reset(seed=0)
+    base = noisy.unwrapped
+    qpos_noise, qvel_noise = [], []
+    for _ in range(steps):
+        clean.set_state(base.data.qpos.copy(), base.data.qvel.copy())
+        action = noisy.action_space.sample() * 0.1
+        obs, *_ = noisy.step(action)
+        clean.step(action)
+        np.testing.assert_array_equal(obs, base._get_obs())  # the observation is of the perturbed state
+        qpos_noise.append(base.data.qpos - clean.data.qpos)
+        qvel_noise.append(base.data.qvel - clean.data.qvel)
+    return np.array(qpos_noise), np.array(qvel_noise)
+
+
+def test_gaussian_dynamics_noise_has_the_set_std_on_walker():
+    qpos_noise, qvel_noise = dynamics_noise_samples("Walker2d-v4", 5e-3, 300)
+    for noise in (qpos_noise, qvel_noise):
+        assert abs(noise.mean()) < 3 * 5e-3 / math.sqrt(noise.size)
+        assert noise.std() == pytest.approx(5e-3, rel=0.05)
+
+
+def test_gaussian_dynamics_noise_keeps_quaternions_unit_on_ant():
+    noisy = GaussianDynamicsNoise(gym.make("Ant-v4"), std=0.1)
+    noisy.reset(seed=0)
+    base = noisy.unwrapped
+    assert base.model.jnt_type[0] == mujoco.mjtJoint.mjJNT_FREE
+    moved = []
+    for _ in range(50):
+        before = base.data.qvel.copy()
+        noisy.step(noisy.action_space.sample())
+        assert np.linalg.norm(base.data.qpos[3:7]) == pytest.approx(1.0, abs=1e-9)
+        moved.append(np.abs(base.data.qvel - before).mean())
+    assert np.mean(moved) > 0.05  # std 0.1 noise really reaches the velocities
+
+
+def test_gaussian_dynamics_noise_on_pointmass_moves_position_and_velocity():
+    noisy = GaussianDynamicsNoise(gym.make("PointMass-v0"), std=0.05)
+    base = noisy.unwrapped
+    pos_noise, vel_noise = [], []
+    for episode in range(100):
+        noisy.reset(seed=episode)
+        base.pos, base.vel = np.zeros(2), np.zeros(2)  # centre, at rest: a zero action keeps it there without noise
+        obs, *_ = noisy.step(np.zeros(2, dtype=np.float32))
+        np.testing.assert_allclose(obs[:4], np.concatenate([base.pos, base.vel]), rtol=1e-6)
+        pos_noise.append(base.pos.copy())
+        vel_noise.append(base.vel.copy())
+    assert np.std(pos_noise) == pytest.approx(0.05, rel=0.15)
+    assert np.std(vel_noise) == pytest.approx(0.05, rel=0.15)
+
+
+def test_gaussian_dynamics_noise_rejects_other_envs():
+    with pytest.raises(ValueError, match="MuJoCo"):
+        GaussianDynamicsNoise(gym.make("Pendulum-v1"), 0.01)
+
+
+def test_default_dyn_noise_std_per_env():
+    assert td3_huber.default_dyn_noise_std("HalfCheetah-v4") == 0.1
+    assert td3_huber.default_dyn_noise_std("Hopper-v5") == 5e-3
+    assert td3_huber.default_dyn_noise_std("PointMass-v0") == 1e-2
+
+
+# NETWORKS, TARGETS, LOSSES
+def test_ensemble_critic_equals_two_independent_networks():
+    torch.manual_seed(0)
+    critic = Critic(obs_dim=3, act_dim=2, hidden_dim=8)
+    obs, actions = torch.randn(5, 3), torch.randn(5, 2)
+    q = critic(obs, actions)
+    assert q.shape == (2, 5)
+    for e in range(2):
+        x = torch.cat([obs, actions], -1)
+        h = F.silu(x @ critic.fc1.weight[e] + critic.fc1.bias[e])
+        h = F.silu(torch.cat([h, x], -1) @ critic.fc2.weight[e] + critic.fc2.bias[e])
+        torch.testing.assert_close(q[e], (h @ critic.fc3.weight[e] + critic.fc3.bias[e])[:, 0])
+
+
+def test_td_targets_take_the_minimum_and_mask_terminal_states():
+    torch.manual_seed(0)
+    actor, critic = td3_huber.Actor(3, 2, 8), Critic(3, 2, 8)
+    rewards, next_obs = torch.tensor([1.0, -2.0, 0.5]), torch.randn(3, 3)
+    terminations = torch.tensor([0.0, 1.0, 0.0])
+    targets = td_targets(rewards, next_obs, terminations, actor, critic, gamma=0.9, policy_noise=0.0, noise_clip=0.5)
+    with torch.no_grad():
+        q = critic(next_obs, actor(next_obs))
+    expected = [1.0 + 0.9 * min(q[0, 0], q[1, 0]), -2.0, 0.5 + 0.9 * min(q[0, 2], q[1, 2])]
+    torch.testing.assert_close(targets, torch.tensor(expected))
+
+
+def test_huber_critic_loss_by_hand():
+    q = torch.tensor([[0.0, 3.0], [1.0, -1.0]])
+    targets = torch.tensor([0.5, 0.0])
+    # critic 1: errors 0.5 (quadratic 0.125), 3 (linear 2.5); critic 2: 0.5 (0.125), 1 (boundary 0.5)
+    assert critic_loss(q, targets).item() == pytest.approx((0.125 + 2.5) / 2 + (0.125 + 0.5) / 2)
+
+
+def test_running_normaliser_matches_numpy():
+    rng = np.random.default_rng(0)
+    data = rng.normal(3.0, 2.0, size=(1000, 4)) * np.array([1, 10, 0.1, 0.0])
+    normaliser = RunningNormaliser(4, min_std=1e-2)
+    for chunk in np.split(data, [1, 2, 50, 51, 400]):
+        normaliser.update(torch.as_tensor(chunk, dtype=torch.float32))
+    np.testing.assert_allclose(normaliser.mean.numpy(), data.mean(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(normaliser.std.numpy(), np.maximum(data.std(0), 1e-2), rtol=1e-5)
+    x = torch.randn(7, 4)
+    torch.testing.assert_close(normaliser.denormalise(normaliser.normalise(x)), x)
+
+
+def test_replay_buffer_wraps_and_round_trips():
+    rb = ReplayBuffer(2, 1, capacity=3, device=torch.device("cpu"))
+    for i in range(5):
+        rb.add(torch.full((2,), float(i)), torch.full((1,), float(i)), float(i), torch.full((2,), i + 0.5), i == 4)
+    assert rb.size == 3 and rb.pos == 2
+    assert sorted(rb.rewards.tolist()) == [2.0, 3.0, 4.0]
+    copy = ReplayBuffer(2, 1, capacity=3, device=torch.device("cpu"))
+    copy.load_state_dict(rb.state_dict())
+    torch.testing.assert_close(copy.next_obs, rb.next_obs)
+    batch = copy.sample(100)
+    torch.testing.assert_close(batch.next_obs[:, 0], batch.obs[:, 0] + 0.5)  # rows stay aligned
+    torch.testing.assert_close(batch.terminations, (batch.rewards == 4.0).float())
+
+
+# WORLD MODEL
+def test_world_model_fits_a_known_stochastic_system():
+    """s' = s + B a + diag(sigma) e, r = a + 0.5 x: the cVAE's samples match the mean, spread and action-gradients."""
+    torch.manual_seed(0)
+    b_true, sigma, reward_std = torch.tensor([0.5, -1.0]), torch.tensor([0.3, 0.6]), 0.5
+    n = 20_000
+    obs, actions = torch.randn(n, 2), torch.rand(n, 1) * 2 - 1
+    next_obs = obs + actions * b_true + sigma * torch.randn(n, 2)
+    rewards = actions[:, 0] + reward_std * torch.randn(n)
+    model = WorldModel(obs_dim=2, act_dim=1, hidden_dim=64)
+    model.update_normalisers(obs, actions, rewards[:, None], next_obs)
+    optimizer = torch.optim.RAdam(model.parameters(), lr=1e-3)
+    for _ in range(3000):
+        idx = torch.randint(0, n, (256,))
+        loss = model.loss(obs[idx], actions[idx], rewards[idx], next_obs[idx])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    for s, a in [((0.3, -0.5), 0.4), ((-1.0, 1.0), -0.7)]:
+        s_rep = torch.tensor([s]).repeat(4000, 1)
+        a_rep = torch.full((4000, 1), a, requires_grad=True)  # one action leaf per sample: per-sample gradients
+        sampled_next, sampled_rewards = model.sample(s_rep, a_rep, 1)
+        sampled_next, sampled_rewards = sampled_next[:, 0], sampled_rewards[:, 0]  # (4000, 2), (4000,)
+        torch.testing.assert_close(sampled_next.mean(0), torch.tensor(s) + a * b_true, atol=0.06, rtol=0)
+        torch.testing.assert_close(sampled_next.std(0), sigma, rtol=0.15, atol=0)
+        assert sampled_rewards.mean().item() == pytest.approx(a, abs=0.06)
+        assert sampled_rewards.std().item() == pytest.approx(reward_std, rel=0.2)
+        for j in range(2):
+            grads = torch.autograd.grad(sampled_next[:, j].sum(), a_rep, retain_graph=True)[0][:, 0]  # (4000,)
+            assert grads.mean().item() == pytest.approx(b_true[j].item(), abs=0.1)
+            assert grads.std().item() < 0.1  # additive noise: every sample has gradient B
+        reward_grads = torch.autograd.grad(sampled_rewards.sum(), a_rep)[0][:, 0]
+        assert reward_grads.mean().item() == pytest.approx(1.0, abs=0.1)
+
+
+# END TO END
+def test_pointmass_run_logs_the_cleanrl_tags_and_writes_a_summary(tmp_path):
+    result = run_script(
+        "td3_huber.py", "--env-id", "PointMass-v0", "--total-timesteps", "600", "--learning-starts", "200",
+        "--hidden-dim", "64", "--wm-hidden-dim", "64", "--updates-per-step", "2", "--eval-frequency", "200",
+        "--eval-episodes", "2", cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    scalars = read_scalars(run_dir)
+    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "losses/qf_loss",
+                "losses/actor_loss", "losses/qf1_values", "losses/qf2_values", "losses/world_model_loss"]:
+        assert scalars[tag], tag
+    assert all(math.isfinite(v) for tag in scalars for _, v in scalars[tag])
+    assert {v for _, v in scalars["charts/episodic_length"]} <= set(range(1, 26))
+    assert [step for step, _ in scalars["eval/episodic_return"]] == [200, 400, 600]
+    summary = read_summary(run_dir)
+    assert summary["eval_steps"] == [200, 400, 600]
+    assert summary["eval_returns"] == pytest.approx([v for _, v in scalars["eval/episodic_return"]])
+    assert summary["final_eval_return"] == summary["eval_returns"][-1]
+    assert summary["nauc"] == pytest.approx(np.mean(summary["eval_returns"]))
+    assert all(r in (0.0, 5.0, 10.0) for r in summary["eval_returns"])  # 2 episodes, each 0 or 10
+    assert summary["args"]["env_id"] == "PointMass-v0" and summary["args"]["dyna"] is True
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"]["size"] == 600
+
+
+def test_model_free_mujoco_run_with_both_noises(tmp_path):
+    result = run_script(
+        "td3_huber.py", "--env-id", "Hopper-v4", "--no-dyna", "--obs-noise", "mult", "--dyn-noise", "gauss",
+        "--total-timesteps", "400", "--save-model", *TINY, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    scalars = read_scalars(run_dir)
+    assert "losses/world_model_loss" not in scalars and scalars["losses/qf_loss"]
+    assert [step for step, _ in scalars["eval/episodic_return"]] == [200, 400]
+    summary = read_summary(run_dir)
+    assert summary["args"]["dyna"] is False and summary["args"]["obs_noise"] == "mult"
+    model = torch.load(run_dir / "model.pt", weights_only=True)
+    actor = td3_huber.Actor(11, 3, 32)
+    actor.load_state_dict(model["actor"])
+
+
+def test_resume_continues_exactly_as_an_uninterrupted_run(tmp_path, monkeypatch):
+    """A run checkpointed at an episode end and resumed ends with the same weights as the same run left alone."""
+    monkeypatch.chdir(tmp_path)
+    saved_steps = []
+    save = td3_huber.save_checkpoint
+
+    def keep_every_checkpoint(path, state):
+        save(path, state)
+        saved_steps.append(state["global_step"])
+        shutil.copy(path, tmp_path / f"kept_{state['global_step']}.pt")
+
+    monkeypatch.setattr(td3_huber, "save_checkpoint", keep_every_checkpoint)
+    common = dict(env_id="PointMass-v0", total_timesteps=500, learning_starts=150, hidden_dim=32, wm_hidden_dim=32,
+                  updates_per_step=2, batch_size=32, eval_frequency=250, eval_episodes=2)
+    td3_huber.main(Args(**common, checkpoint_frequency=200))
+    first_periodic = saved_steps[0]
+    assert 200 <= first_periodic < 250 and saved_steps[-1] == 500
+    uninterrupted = torch.load(tmp_path / "kept_500.pt", weights_only=True)
+
+    resumed_dir = tmp_path / "resumed"
+    resumed_dir.mkdir()
+    shutil.copy(tmp_path / f"kept_{first_periodic}.pt", resumed_dir / "checkpoint.pt")
+    td3_huber.main(Args(resume=str(resumed_dir / "checkpoint.pt"), total_timesteps=500))
+    resumed = torch.load(resumed_dir / "checkpoint.pt", weights_only=True)
+
+    for key in ["actor", "critic", "target_critic", "world_model"]:
+        for name, value in uninterrupted[key].items():
+            torch.testing.assert_close(resumed[key][name], value, rtol=0, atol=0, msg=f"{key}.{name}")
+    assert resumed["eval_returns"] == uninterrupted["eval_returns"]
+    assert resumed["env_rng"] == uninterrupted["env_rng"]
+    torch.testing.assert_close(resumed["replay_buffer"]["obs"], uninterrupted["replay_buffer"]["obs"])
+    assert read_summary(resumed_dir)["eval_steps"] == [250, 500]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--env-id", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
+        (["--env-id", "CartPole-v1"], "Discrete action space"),
+        (["--env-id", "Pendulum-v1", "--dyn-noise", "gauss"], "MuJoCo"),
+        (["--gamma", "1.5"], "--gamma"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--obs-noise-scale", "1.0"], "--obs-noise-scale"),
+        (["--resume", "no/such/checkpoint.pt"], "--resume"),
+    ],
+)
+def test_bad_input_prints_one_line_and_exits_non_zero(tmp_path, flags, message):
+    result = run_script("td3_huber.py", *flags, cwd=tmp_path)
+    assert result.returncode != 0
+    lines = error_lines(result)
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bad_choice_gets_a_usage_error(tmp_path):
+    result = run_script("td3_huber.py", "--obs-noise", "loud", cwd=tmp_path)
+    assert result.returncode != 0 and "Traceback" not in result.stderr and "loud" in result.stderr
+
+
+def test_non_finite_loss_stops_with_a_checkpoint(tmp_path):
+    result = run_script("td3_huber.py", "--env-id", "PointMass-v0", "--total-timesteps", "600",
+                        "--learning-rate", "1e30", *TINY, cwd=tmp_path)
+    assert result.returncode == 1
+    lines = error_lines(result)
+    assert "non-finite loss at step" in lines[-1] and "Traceback" not in result.stderr
+    state = torch.load(only_run_dir(tmp_path) / "nonfinite_checkpoint.pt", weights_only=True)
+    assert state["global_step"] > 200
