@@ -1,11 +1,9 @@
 """TD3 with a Huber TD loss, trained Dyna-style on transitions imagined by a cVAE world model.
 
-The "Huber" baseline of "Distributional value gradients for stochastic environments" (DSDPG): twin critics with the
-minimum over target critics, target-policy smoothing, delayed policy updates, 10 critic updates per environment step,
-and a Huber TD loss. With Dyna (the default) every critic update takes (s, a, terminated) from the replay buffer and
-draws a fresh (s', r) from the learned world model; `--no-dyna` trains on the real (s', r) instead (plain TD3).
-This file is the skeleton that every other RL script of the project copies: the diff against
-`mage_huber_sobolev.py`, `mmd_critic.py` or the DSDPG scripts is the algorithm.
+The "Huber" baseline of DSDPG: twin critics, minimum target, target-policy smoothing, delayed policy updates, 10
+critic updates per env step, Huber TD loss. With Dyna (default) every critic update takes (s, a, terminated) from the
+replay buffer and a fresh (s', r) from the learned world model; `--no-dyna` uses the real (s', r) (plain TD3). Every
+other RL script copies this skeleton: the diff against any of them is that script's algorithm.
 
 Usage:
     python td3_huber.py --env-id Walker2d-v4 --obs-noise mult
@@ -270,8 +268,8 @@ class Critic(nn.Module):
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """obs (B, S) or (E, B, S), actions (B, A) or (E, B, A) -> Q values (E, B)."""
-        x = torch.cat([obs, actions], -1)
-        x = x.expand(self.num_critics, *x.shape[-2:])  # (E, B, S+A)
+        rows = (self.num_critics, obs.shape[-2])
+        x = torch.cat([obs.expand(*rows, -1), actions.expand(*rows, -1)], -1)  # (E, B, S+A)
         h = F.silu(self.fc1(x))
         h = F.silu(self.fc2(torch.cat([h, x], -1)))
         return self.fc3(h).squeeze(-1)
@@ -455,21 +453,27 @@ class ReplayBuffer:
 
 # LOSSES AND TARGETS
 def td_targets(
-    rewards: torch.Tensor, next_obs: torch.Tensor, terminations: torch.Tensor, target_actor: Actor,
-    target_critic: Critic, gamma: float, policy_noise: float, noise_clip: float,
+    data: ReplayBatch, world_model: WorldModel | None, target_actor: Actor, target_critic: Critic, gamma: float,
+    policy_noise: float, noise_clip: float,
 ) -> torch.Tensor:
-    """TD3 target y = r + gamma (1 - d) min_c Q'_c(s', a'), a' the smoothed target action: all (B,) -> (B,)."""
+    """TD3 target y = r + gamma (1 - d) min_c Q'_c(s', a') per pair, a' the smoothed target action, (s', r) one
+    world-model sample (Dyna) or, without a world model, the real transition: a batch of B pairs -> (B,)."""
     with torch.no_grad():
+        if world_model is None:
+            next_obs, rewards = data.next_obs, data.rewards
+        else:
+            next_obs, rewards = world_model.sample(data.obs, data.actions, 1)
+            next_obs, rewards = next_obs[:, 0], rewards[:, 0]  # (B, S), (B,)
         next_actions = target_actor(next_obs)  # (B, A)
         noise = (torch.randn_like(next_actions) * policy_noise).clamp(-noise_clip, noise_clip)
         next_actions = (next_actions + noise).clamp(-1.0, 1.0)
         next_q = target_critic(next_obs, next_actions).min(0).values  # (B,)
-        return rewards + gamma * (1.0 - terminations) * next_q
+        return rewards + gamma * (1.0 - data.terminations) * next_q
 
 
-def critic_loss(q_values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Huber TD loss, mean over the batch, summed over the critics: q_values (E, B), targets (B,)."""
-    return F.huber_loss(q_values, targets.expand_as(q_values), reduction="none").mean(1).sum()
+def critic_loss(predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Huber TD loss, mean over the batch, summed over the critics: predictions (E, B), targets (B,)."""
+    return F.huber_loss(predictions, targets.expand_as(predictions), reduction="none").mean(1).sum()
 
 
 # TRAINING
@@ -545,14 +549,12 @@ def main(args: Args) -> None:
     act_dim = env.action_space.shape[0]
     actor = Actor(obs_dim, act_dim, args.hidden_dim).to(device)
     critic = Critic(obs_dim, act_dim, args.hidden_dim).to(device)
-    target_actor = copy.deepcopy(actor)
-    target_critic = copy.deepcopy(critic)
+    target_actor = copy.deepcopy(actor).requires_grad_(False)
+    target_critic = copy.deepcopy(critic).requires_grad_(False)
     actor_optimizer = torch.optim.RAdam(actor.parameters(), lr=args.learning_rate)
     critic_optimizer = torch.optim.RAdam(critic.parameters(), lr=args.learning_rate)
-    world_model = WorldModel(obs_dim, act_dim, args.wm_hidden_dim).to(device) if args.dyna else None
-    wm_optimizer = (
-        torch.optim.RAdam(world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4) if args.dyna else None
-    )
+    world_model = WorldModel(obs_dim, act_dim, args.wm_hidden_dim).to(device)
+    wm_optimizer = torch.optim.RAdam(world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4)
     rb = ReplayBuffer(obs_dim, act_dim, args.buffer_size, device)
 
     start_step, num_critic_updates = 0, 0
@@ -566,9 +568,8 @@ def main(args: Args) -> None:
         target_critic.load_state_dict(checkpoint["target_critic"])
         actor_optimizer.load_state_dict(checkpoint["actor_optimizer"])
         critic_optimizer.load_state_dict(checkpoint["critic_optimizer"])
-        if args.dyna:
-            world_model.load_state_dict(checkpoint["world_model"])
-            wm_optimizer.load_state_dict(checkpoint["wm_optimizer"])
+        world_model.load_state_dict(checkpoint["world_model"])
+        wm_optimizer.load_state_dict(checkpoint["wm_optimizer"])
         rb.load_state_dict(checkpoint["replay_buffer"])
         start_step, num_critic_updates = checkpoint["global_step"], checkpoint["num_critic_updates"]
         eval_steps, eval_returns = checkpoint["eval_steps"], checkpoint["eval_returns"]
@@ -586,8 +587,7 @@ def main(args: Args) -> None:
             "actor": actor.state_dict(), "critic": critic.state_dict(),
             "target_actor": target_actor.state_dict(), "target_critic": target_critic.state_dict(),
             "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
-            "world_model": world_model.state_dict() if args.dyna else None,
-            "wm_optimizer": wm_optimizer.state_dict() if args.dyna else None,
+            "world_model": world_model.state_dict(), "wm_optimizer": wm_optimizer.state_dict(),
             "replay_buffer": rb.state_dict(), "eval_steps": eval_steps, "eval_returns": eval_returns,
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
@@ -629,8 +629,7 @@ def main(args: Args) -> None:
             action_t = torch.as_tensor(action, device=device)
             next_obs_t = torch.as_tensor(next_obs, device=device)
             rb.add(obs_t, action_t, float(reward), next_obs_t, terminated)
-            if args.dyna:
-                world_model.update_normalisers(obs_t, action_t, torch.tensor([float(reward)], device=device), next_obs_t)
+            world_model.update_normalisers(obs_t, action_t, torch.tensor([float(reward)], device=device), next_obs_t)
             obs = next_obs
 
             # ALGO LOGIC: world model training
@@ -647,16 +646,10 @@ def main(args: Args) -> None:
             if global_step >= args.learning_starts:
                 for _ in range(args.updates_per_step):
                     data = rb.sample(args.batch_size)
-                    with torch.no_grad():
-                        if args.dyna:
-                            next_obs_model, rewards_model = world_model.sample(data.obs, data.actions, 1)
-                            next_obs_b, rewards_b = next_obs_model[:, 0], rewards_model[:, 0]  # (B, S), (B,)
-                        else:
-                            next_obs_b, rewards_b = data.next_obs, data.rewards
-                    targets = td_targets(rewards_b, next_obs_b, data.terminations, target_actor, target_critic,
+                    targets = td_targets(data, world_model if args.dyna else None, target_actor, target_critic,
                                          args.gamma, args.policy_noise, args.noise_clip)  # (B,)
-                    q_values = critic(data.obs, data.actions)  # (2, B)
-                    qf_loss = critic_loss(q_values, targets)
+                    predictions = critic(data.obs, data.actions)  # (2, B)
+                    qf_loss = critic_loss(predictions, targets)
 
                     critic_optimizer.zero_grad()
                     qf_loss.backward()
@@ -685,8 +678,8 @@ def main(args: Args) -> None:
                     fail(f"non-finite loss at step {global_step} ({bad}); state saved to {nonfinite_path}")
 
                 if global_step % 100 == 0:
-                    writer.add_scalar("losses/qf1_values", q_values[0].mean().item(), global_step)
-                    writer.add_scalar("losses/qf2_values", q_values[1].mean().item(), global_step)
+                    writer.add_scalar("losses/qf1_values", predictions[0].mean().item(), global_step)
+                    writer.add_scalar("losses/qf2_values", predictions[1].mean().item(), global_step)
                     for name, value in losses.items():
                         writer.add_scalar(f"losses/{name}", value.item(), global_step)
             if global_step % 100 == 0:

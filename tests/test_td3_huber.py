@@ -14,7 +14,8 @@ import torch.nn.functional as F
 import td3_huber
 from helpers import error_lines, only_run_dir, read_scalars, read_summary, run_script
 from td3_huber import (
-    Args, Critic, GaussianDynamicsNoise, MultiplicativeObservationNoise, ReplayBuffer, RunningNormaliser, WorldModel,
+    Args, Critic, GaussianDynamicsNoise, MultiplicativeObservationNoise, ReplayBatch, ReplayBuffer, RunningNormaliser,
+    WorldModel,
     critic_loss, make_env, td_targets,
 )
 
@@ -132,7 +133,8 @@ def test_td_targets_take_the_minimum_and_mask_terminal_states():
     actor, critic = td3_huber.Actor(3, 2, 8), Critic(3, 2, 8)
     rewards, next_obs = torch.tensor([1.0, -2.0, 0.5]), torch.randn(3, 3)
     terminations = torch.tensor([0.0, 1.0, 0.0])
-    targets = td_targets(rewards, next_obs, terminations, actor, critic, gamma=0.9, policy_noise=0.0, noise_clip=0.5)
+    batch = ReplayBatch(torch.randn(3, 3), torch.randn(3, 2), rewards, next_obs, terminations)
+    targets = td_targets(batch, None, actor, critic, gamma=0.9, policy_noise=0.0, noise_clip=0.5)
     with torch.no_grad():
         q = critic(next_obs, actor(next_obs))
     expected = [1.0 + 0.9 * min(q[0, 0], q[1, 0]), -2.0, 0.5 + 0.9 * min(q[0, 2], q[1, 2])]
