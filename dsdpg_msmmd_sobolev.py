@@ -2,8 +2,8 @@
 
 The method of "Distributional value gradients for stochastic environments": each critic is a generator
 Z(s, a, xi), xi ~ N(0, I), whose samples come with their action-gradient dZ/da, so the critic models the joint law
-of the return and its action-gradient. It is trained with the max-sliced squared MMD (multiquadric kernel; the
-paper's provably contractive metric) between N prediction points (Z, dZ/da) and the Sobolev Bellman targets: for N world-model samples (s'_k, r_k) = g(s, a, eps_k) and both
+of the return and its action-gradient. It is trained with the max-sliced MMD^2 (multiquadric kernel) between N prediction
+points (Z, dZ/da) and the Sobolev Bellman targets: for N world-model samples (s'_k, r_k) = g(s, a, eps_k) and both
 target critics, y = r_k + gamma (1 - d) Z'(s'_k, a'_k) with its per-sample total derivative dy/da through the reward,
 the model, the target actor and the critic (backpropagation through the cVAE world model). The top 25 % of the 2N
 target points by return are dropped (TQC). The actor ascends the mean of critic 1's samples. Everything else (Dyna,
@@ -18,10 +18,6 @@ Outputs go to runs/<run_name>/: TensorBoard events, summary.json, checkpoint.pt 
 
 Choices the paper leaves open, fixed here:
     * Actions are rescaled to [-1, 1]; observations are float32.
-    * Sobolev targets: each of the N world-model samples gets its own copy of the action, and the two target critics'
-      gradients are taken in one backward pass batched over the critics, so no gradient is summed over samples or
-      mixed between critics. The target-smoothing noise is drawn once and held fixed; a clipped action has zero
-      derivative, as the clip's own derivative says.
     * The critic's noise embedding m(xi) is two width-64 SiLU layers; the target set is truncated per transition.
     * Max-slicing: one direction per transition and critic, searched by Adam on w with theta = w / |w| (so the step
       is along the sphere) and w renormalised after every step; the search's gradient is computed in closed form from
@@ -113,7 +109,7 @@ class Args:
     hidden_dim: int = 400
     """width of the actor's and the critics' two hidden layers"""
 
-    # Distributional Sobolev critic
+    # Distributional critic
     num_samples: int = 10
     """N: samples per (s, a) of each critic, and world-model samples per target (2N target points before truncation)"""
     num_samples_policy: int = 10
@@ -569,8 +565,11 @@ def sobolev_targets(
 
     For k = 1..N: (s'_k, r_k) = g(s, a, eps_k) from the world model, a'_k = clip(pi'(s'_k) + clipped smoothing noise),
     y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k, xi_ck), and dy_ck/da is the total derivative of that one sample through
-    r_k, s'_k, a'_k and Z'_c. obs (B, S), actions (B, A), terminations (B,) -> (B, 2N, 1+A). The noise is drawn in a
-    fixed order whatever the values of `actions`, so under one seed the function is deterministic in `actions`.
+    r_k, s'_k, a'_k and Z'_c. obs (B, S), actions (B, A), terminations (B,) -> (B, 2N, 1+A). Each model sample gets its
+    own copy of the action and the two critics' gradients come from one backward pass batched over the critics, so no
+    gradient is summed over samples or mixed between critics. The smoothing noise is held fixed (a clipped action has
+    zero derivative). The noise is drawn in a fixed order whatever `actions` is: under one seed the function is
+    deterministic in `actions`.
     """
     batch, n, act_dim, num_critics = obs.shape[0], num_samples, actions.shape[-1], target_critic.num_critics
     with torch.enable_grad():
@@ -591,11 +590,8 @@ def sobolev_targets(
 
 
 def sobolev_samples(critic: Critic, obs: torch.Tensor, actions: torch.Tensor, num_samples: int) -> torch.Tensor:
-    """Prediction points (Z_e(s, a, xi_j), dZ_e/da(s, a, xi_j)), j = 1..N, of every online critic e.
-
-    The graph is kept (double backprop), so a loss on these points trains each critic through its own
-    action-gradient. obs (B, S), actions (B, A) -> (E, B, N, 1+A).
-    """
+    """Prediction points (Z_e(s, a, xi_j), dZ_e/da(s, a, xi_j)), j = 1..N, of every online critic e, graph kept so the
+    loss trains each critic through its own action-gradient (double backprop): (B, S), (B, A) -> (E, B, N, 1+A)."""
     batch, n, act_dim, num_critics = obs.shape[0], num_samples, actions.shape[-1], critic.num_critics
     sample_actions = actions.detach()[None, :, None].expand(num_critics, batch, n, act_dim).clone().requires_grad_()
     noise = torch.randn(num_critics, batch * n, critic.noise_dim, device=obs.device)

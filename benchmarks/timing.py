@@ -1,0 +1,151 @@
+"""Wall-clock table of the RL scripts, like the paper's: milliseconds per iteration (one env step with its updates).
+
+Every script runs in this one process, at paper sizes unless flags say otherwise, on the same env. An iteration's time
+is measured by difference: the script's own `main()` is run to `--learning-starts` steps (no critic updates yet) and
+to `--learning-starts` + K steps, both from the same seed, and (T(start + K) - T(start)) / K is the cost of one
+iteration after learning starts: the env step, the world-model step and the `--updates-per-step` critic updates with
+their actor updates. K is chosen per script from a short probe so that the timed part lasts about `--seconds`.
+FLOPs per iteration are counted the same way under `torch.utils.flop_counter.FlopCounterMode` (two short runs),
+and divided by the time to give the achieved FLOP/s, reported against the machine's dense fp32 matmul FLOP/s
+measured in the same process.
+
+Usage:
+    python benchmarks/timing.py --env-id Hopper-v4
+    python benchmarks/timing.py --env-id Hopper-v4 --scripts td3_huber dsdpg_msmmd_sobolev --seconds 10
+"""
+
+import contextlib
+import importlib
+import io
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import torch
+import tyro
+from torch.utils.flop_counter import FlopCounterMode
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ALL_SCRIPTS = ("td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev")
+
+
+@dataclass
+class Args:
+    env_id: str = "Hopper-v4"
+    """the environment every script runs on"""
+    scripts: list[str] = field(default_factory=lambda: [s for s in ALL_SCRIPTS if os.path.exists(f"{ROOT}/{s}.py")])
+    """the scripts to time (module names at the project's top level); the first is the reference of the ratios"""
+    learning_starts: int = 256
+    """steps before the critic updates start (the world model trains from the first full minibatch)"""
+    seconds: float = 20.0
+    """target duration of each script's timed part"""
+    flop_iterations: int = 2
+    """iterations counted under FlopCounterMode"""
+    threads: int | None = None
+    """torch CPU threads (default: torch's own choice)"""
+    out: str | None = None
+    """also write the table as JSON to this path"""
+    script_flags: list[str] = field(default_factory=list)
+    """extra `name=value` settings for every script's Args (e.g. hidden_dim=256), parsed as JSON when possible"""
+
+
+def script_args(module, args: Args, total_timesteps: int):
+    overrides = {}
+    for item in args.script_flags:
+        name, value = item.split("=", 1)
+        try:
+            overrides[name] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[name] = value
+    return module.Args(env_id=args.env_id, seed=1, total_timesteps=total_timesteps, learning_starts=args.learning_starts,
+                       eval_frequency=10**9, eval_episodes=1, checkpoint_frequency=0, **overrides)
+
+
+def run(module, args: Args, total_timesteps: int) -> float:
+    """Wall time of one quiet run of the script's main() in a scratch directory."""
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory() as scratch:
+        os.chdir(scratch)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                start = time.perf_counter()
+                module.main(script_args(module, args, total_timesteps))
+                return time.perf_counter() - start
+        finally:
+            os.chdir(cwd)
+
+
+class GlobalOnlyTracker:
+    """Stands in for FlopCounterMode's module tracker, whose hooks break torch.autograd.grad (used by the Sobolev
+    scripts); every FLOP is attributed to "Global", which is all the table needs."""
+
+    parents = {"Global"}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def flops_per_iteration(module, args: Args) -> float:
+    counts = []
+    for extra in (0, args.flop_iterations):
+        counter = FlopCounterMode(display=False)
+        counter.mod_tracker = GlobalOnlyTracker()
+        with counter:
+            run(module, args, args.learning_starts + extra)
+        counts.append(counter.get_total_flops())
+    return (counts[1] - counts[0]) / args.flop_iterations
+
+
+def matmul_flops_per_second(n: int = 2048, repeats: int = 10) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        torch.mm(a, b)
+    return 2 * n**3 * repeats / (time.perf_counter() - start)
+
+
+def main(args: Args) -> None:
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    sys.path.insert(0, ROOT)
+    peak = matmul_flops_per_second()
+    print(f"dense fp32 matmul: {peak / 1e9:.1f} GFLOP/s ({torch.get_num_threads()} threads)", file=sys.stderr)
+    rows = []
+    for name in args.scripts:
+        module = importlib.import_module(name)
+        base = run(module, args, args.learning_starts)
+        probe = (run(module, args, args.learning_starts + 3) - base) / 3
+        iterations = max(5, math.ceil(args.seconds / max(probe, 1e-3)))
+        seconds = (run(module, args, args.learning_starts + iterations) - run(module, args, args.learning_starts))
+        ms = 1e3 * seconds / iterations
+        flops = flops_per_iteration(module, args)
+        rows.append({"script": name, "ms_per_iteration": ms, "timed_iterations": iterations,
+                     "gflop_per_iteration": flops / 1e9, "gflops": flops / ms / 1e6})
+        print(f"{name}: {ms:.1f} ms/iteration over {iterations} iterations, {flops / 1e9:.2f} GFLOP/iteration",
+              file=sys.stderr)
+    reference = rows[0]["ms_per_iteration"]
+    lines = [f"Env {args.env_id}, {torch.get_num_threads()} threads, dense fp32 matmul {peak / 1e9:.1f} GFLOP/s.", "",
+             f"| script | ms / iteration | ratio to {rows[0]['script']} | GFLOP / iteration | GFLOP/s | % of matmul |",
+             "|---|---|---|---|---|---|"]
+    for row in rows:
+        row["ratio"] = row["ms_per_iteration"] / reference
+        row["fraction_of_matmul"] = row["gflops"] * 1e9 / peak
+        lines.append(f"| {row['script']} | {row['ms_per_iteration']:.1f} | {row['ratio']:.2f} | "
+                     f"{row['gflop_per_iteration']:.2f} | {row['gflops']:.1f} | {100 * row['fraction_of_matmul']:.0f} % |")
+    print("\n".join(lines))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"env_id": args.env_id, "threads": torch.get_num_threads(), "matmul_gflops": peak / 1e9,
+                       "settings": vars(args), "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

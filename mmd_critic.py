@@ -1,0 +1,837 @@
+"""MMD distributional critic: generator critics of the return alone, trained with MMD (the "MMD" baseline of DSDPG).
+
+dsdpg_mmd_sobolev.py without the action-gradients (`diff mmd_critic.py dsdpg_mmd_sobolev.py` is the Sobolev part):
+N predicted returns against 2N targets y = r_k + gamma (1 - d) Z'_c(s'_k, a'_k). `--metric msmmd` is the paper's
+"MSMMD" entry; on one-dimensional returns the only directions are +1 and -1, so it computes the MMD loss at the cost
+of the slicing search.
+
+Usage:
+    python mmd_critic.py --env-id Walker2d-v4 --obs-noise mult
+Outputs go to runs/<run_name>/: TensorBoard events, summary.json, checkpoint.pt (and model.pt with --save-model).
+
+Choices the paper leaves open, fixed here:
+    * Actions are rescaled to [-1, 1]; observations are float32.
+    * The critic's noise embedding m(xi) is two width-64 SiLU layers; the target set is truncated per transition.
+    * 5 000 uniform-random steps before learning; the world model trains from the first full minibatch on, one
+      gradient step per env step (`--wm-updates-per-step`).
+    * The critic's skip connection feeds the input [s, a] to every hidden layer after the first; the twin critics
+      are one batched network (`EnsembleLinear`), so both are evaluated by one matrix product per layer.
+    * World model: reconstruction error summed over the |S|+1 normalised outputs, plus 0.1 x KL summed over the
+      latent dimensions; normalisation uses running statistics of everything added to the replay buffer (the
+      standard deviation floored at 1e-2); the decoder output is the sample (no extra decoder noise).
+    * Evaluation: every `--eval-frequency` steps and at the end, `--eval-episodes` deterministic episodes in the
+      same (noisy) env, reset with the same seeds every time so curves compare policies, not episodes.
+    * Checkpoints are written at the first episode end after every `--checkpoint-frequency` steps, so a resumed
+      run continues exactly as if never stopped (same seed, same CPU). The final checkpoint, and one written on
+      Ctrl-C, may be mid-episode: resuming those starts a fresh episode.
+"""
+
+import copy
+import json
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Literal, NamedTuple
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import tyro
+from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+import pointmass_env
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment (part of the run name)"""
+    seed: int = 1
+    """seed of the experiment"""
+    cuda: bool = True
+    """use the GPU when one is present"""
+
+    # Environment
+    env_id: str = "Walker2d-v4"
+    """the id of the environment (any gymnasium MuJoCo id, or PointMass-v0)"""
+    obs_noise: Literal["none", "mult"] = "none"
+    """observation noise: `mult` scales every observation of an episode by one factor drawn in [1-s, 1+s]"""
+    obs_noise_scale: float = 0.2
+    """s of the multiplicative observation noise (the paper's "large" setting is 0.3)"""
+    dyn_noise: Literal["none", "gauss"] = "none"
+    """dynamics noise: `gauss` adds N(0, std^2) to positions and velocities after every step"""
+    dyn_noise_std: float | None = None
+    """std of the dynamics noise (default: the env's reset-noise scale, see DYN_NOISE_STD)"""
+
+    # Algorithm
+    total_timesteps: int = 150_000
+    """total environment steps"""
+    learning_starts: int = 5_000
+    """uniform-random steps before learning starts"""
+    buffer_size: int = 1_000_000
+    """the replay memory buffer size"""
+    batch_size: int = 256
+    """the batch size of samples from the replay memory"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    tau: float = 0.005
+    """target smoothing coefficient"""
+    learning_rate: float = 1e-4
+    """RAdam learning rate of the actor and the critics"""
+    updates_per_step: int = 10
+    """critic updates per environment step (update-to-data ratio)"""
+    policy_frequency: int = 2
+    """the actor and the targets are updated every `policy_frequency` critic updates"""
+    exploration_noise: float = 0.1
+    """std of the Gaussian exploration noise"""
+    policy_noise: float = 0.2
+    """std of the target-policy smoothing noise"""
+    noise_clip: float = 0.5
+    """clip of the target-policy smoothing noise"""
+    hidden_dim: int = 400
+    """width of the actor's and the critics' two hidden layers"""
+
+    # Distributional critic
+    num_samples: int = 10
+    """N: samples per (s, a) of each critic, and world-model samples per target (2N target points before truncation)"""
+    num_samples_policy: int = 10
+    """samples of critic 1 averaged in the actor loss"""
+    noise_dim: int = 64
+    """dimension of the critic's input noise xi ~ N(0, I)"""
+    kernel_bandwidth: float = 100.0
+    """h of the multiquadric kernel k(x, y) = -sqrt(1 + h^2 |x - y|^2)"""
+    mmd_estimator: Literal["biased", "unbiased"] = "biased"
+    """estimator of the squared MMD"""
+    truncation: float = 25.0
+    """percent of the 2N target points with the largest returns dropped (TQC); the paper uses 5 on the point mass"""
+    metric: Literal["mmd", "msmmd"] = "mmd"
+    """the loss: squared MMD, or its max-sliced version (the same value on one-dimensional returns)"""
+    slice_steps: int = 100
+    """Adam steps of the search for the maximising slicing direction (with --metric msmmd)"""
+    slice_lr: float = 1e-4
+    """Adam learning rate of the slicing search (with --metric msmmd)"""
+
+    # World model (Dyna)
+    wm_hidden_dim: int = 1024
+    """width of the three hidden layers of the cVAE's prior, encoder and decoder"""
+    wm_learning_rate: float = 1e-4
+    """RAdam learning rate of the world model (weight decay 1e-4)"""
+    wm_updates_per_step: int = 1
+    """world-model gradient steps per environment step"""
+
+    # Evaluation, logging, checkpoints
+    eval_frequency: int = 5_000
+    """evaluate the deterministic policy every `eval_frequency` steps (and at the end)"""
+    eval_episodes: int = 10
+    """episodes per evaluation"""
+    save_model: bool = False
+    """save the trained actor and critics to runs/<run_name>/model.pt"""
+    checkpoint_frequency: int = 10_000
+    """write runs/<run_name>/checkpoint.pt at the first episode end after every this many steps (0: only at the end)"""
+    resume: str | None = None
+    """path of a checkpoint.pt to resume (its run's settings are used; only --total-timesteps and --cuda may change)"""
+
+
+def check_args(args: Args) -> None:
+    """Raise ValueError naming the first out-of-range flag."""
+    checks = [
+        (args.total_timesteps >= 1, "--total-timesteps must be >= 1"),
+        (args.learning_starts >= 0, "--learning-starts must be >= 0"),
+        (args.batch_size >= 1, "--batch-size must be >= 1"),
+        (args.buffer_size >= args.batch_size, "--buffer-size must be >= --batch-size"),
+        (0.0 <= args.gamma <= 1.0, "--gamma must be in [0, 1]"),
+        (0.0 < args.tau <= 1.0, "--tau must be in (0, 1]"),
+        (args.learning_rate > 0 and args.wm_learning_rate > 0, "learning rates must be > 0"),
+        (args.updates_per_step >= 1, "--updates-per-step must be >= 1"),
+        (args.wm_updates_per_step >= 0, "--wm-updates-per-step must be >= 0"),
+        (args.policy_frequency >= 1, "--policy-frequency must be >= 1"),
+        (min(args.exploration_noise, args.policy_noise, args.noise_clip) >= 0, "noise scales must be >= 0"),
+        (args.hidden_dim >= 1 and args.wm_hidden_dim >= 1, "hidden dims must be >= 1"),
+        (args.num_samples >= 2 and args.num_samples_policy >= 1, "--num-samples must be >= 2, --num-samples-policy >= 1"),
+        (args.noise_dim >= 1, "--noise-dim must be >= 1"),
+        (args.kernel_bandwidth > 0, "--kernel-bandwidth must be > 0"),
+        (args.slice_steps >= 0 and args.slice_lr > 0, "--slice-steps must be >= 0 and --slice-lr > 0"),
+        (0 <= args.truncation and 2 * args.num_samples - round(2 * args.num_samples * args.truncation / 100) >= 2,
+         "--truncation must be >= 0 and keep at least 2 of the 2N target points"),
+        (0.0 <= args.obs_noise_scale < 1.0, "--obs-noise-scale must be in [0, 1)"),
+        (args.dyn_noise_std is None or args.dyn_noise_std >= 0, "--dyn-noise-std must be >= 0"),
+        (args.eval_frequency >= 1, "--eval-frequency must be >= 1"),
+        (args.eval_episodes >= 1, "--eval-episodes must be >= 1"),
+        (args.checkpoint_frequency >= 0, "--checkpoint-frequency must be >= 0"),
+        (args.resume is None or os.path.isfile(args.resume), f"--resume: no such file {args.resume!r}"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
+
+
+# ENV HELPERS
+DYN_NOISE_STD = {"HalfCheetah": 0.1, "Ant": 0.1, "Hopper": 5e-3, "Walker2d": 5e-3, "Humanoid": 1e-2}
+"""default dynamics-noise std per env family (gymnasium's reset_noise_scale); other envs use 1e-2"""
+
+
+class MultiplicativeObservationNoise(gym.ObservationWrapper):
+    """obs -> n * obs with one factor n ~ U[1 - scale, 1 + scale] per episode."""
+
+    def __init__(self, env: gym.Env, scale: float):
+        super().__init__(env)
+        self.scale = scale
+        self.factor = 1.0
+        space = env.observation_space
+        bounds = np.stack([space.low * (1 - scale), space.low * (1 + scale), space.high * (1 - scale), space.high * (1 + scale)])
+        self.observation_space = gym.spaces.Box(bounds.min(0), bounds.max(0), dtype=space.dtype)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.factor = float(self.np_random.uniform(1 - self.scale, 1 + self.scale))
+        return self.observation(obs), info
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return (self.factor * observation).astype(observation.dtype)
+
+
+class GaussianDynamicsNoise(gym.Wrapper):
+    """After every step, add N(0, std^2) to the simulator's positions and velocities and observe the perturbed state.
+
+    MuJoCo: qpos and qvel, with free-joint and ball-joint quaternions renormalised to unit length.
+    PointMass-v0: position and velocity.
+    """
+
+    def __init__(self, env: gym.Env, std: float):
+        super().__init__(env)
+        self.std = std
+        base = env.unwrapped
+        if isinstance(base, MujocoEnv):
+            model = base.model
+            free, ball = int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)
+            quaternion_starts = [
+                adr + 3 if jtype == free else adr  # a free joint's qpos is (x, y, z, quaternion)
+                for jtype, adr in zip(model.jnt_type.tolist(), model.jnt_qposadr.tolist())
+                if jtype in (free, ball)
+            ]
+            self.quaternion_index = np.array([[i, i + 1, i + 2, i + 3] for i in quaternion_starts], dtype=np.int64).reshape(-1, 4)
+        elif not isinstance(base, pointmass_env.PointMassEnv):
+            raise ValueError("--dyn-noise gauss needs a MuJoCo env or PointMass-v0")
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        base = self.env.unwrapped
+        if isinstance(base, pointmass_env.PointMassEnv):
+            base.pos = base.pos + self.np_random.normal(0.0, self.std, base.pos.shape)
+            base.vel = base.vel + self.np_random.normal(0.0, self.std, base.vel.shape)
+        else:
+            qpos = base.data.qpos + self.np_random.normal(0.0, self.std, base.model.nq)
+            qvel = base.data.qvel + self.np_random.normal(0.0, self.std, base.model.nv)
+            quaternions = qpos[self.quaternion_index]
+            qpos[self.quaternion_index] = quaternions / np.linalg.norm(quaternions, axis=1, keepdims=True)
+            base.set_state(qpos, qvel)
+            mujoco.mj_rnePostConstraint(base.model, base.data)  # contact forces, part of some observations
+        return base._get_obs(), reward, terminated, truncated, info
+
+
+def make_env(args: Args) -> gym.Env:
+    """The training/evaluation env: dynamics noise, episode statistics, actions in [-1, 1], observation noise, float32."""
+    try:
+        env = gym.make(args.env_id)
+    except gym.error.Error as error:
+        raise ValueError(f"cannot make env {args.env_id!r}: {error}") from None
+    if not isinstance(env.action_space, gym.spaces.Box):
+        raise ValueError(f"{args.env_id} has a {type(env.action_space).__name__} action space; a Box is needed")
+    if not np.all(np.isfinite(env.action_space.low) & np.isfinite(env.action_space.high)):
+        raise ValueError(f"{args.env_id} has an unbounded action space")
+    if args.dyn_noise == "gauss":
+        std = args.dyn_noise_std if args.dyn_noise_std is not None else default_dyn_noise_std(args.env_id)
+        env = GaussianDynamicsNoise(env, std)
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    env = gym.wrappers.RescaleAction(env, np.float32(-1.0), np.float32(1.0))
+    if args.obs_noise == "mult":
+        env = MultiplicativeObservationNoise(env, args.obs_noise_scale)
+    space = env.observation_space
+    float32_space = gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), dtype=np.float32)
+    return gym.wrappers.TransformObservation(env, lambda obs: obs.astype(np.float32), float32_space)
+
+
+def default_dyn_noise_std(env_id: str) -> float:
+    family = env_id.split("-")[0]
+    return DYN_NOISE_STD.get(family, 1e-2)
+
+
+# NETWORKS
+NOISE_EMBEDDING_DIM = 64
+"""width of the critic's noise embedding m(xi)"""
+
+
+class EnsembleLinear(nn.Module):
+    """`num_members` independent linear layers in one batched matmul: (E, B, in) -> (E, B, out)."""
+
+    def __init__(self, num_members: int, in_features: int, out_features: int):
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_features)  # nn.Linear's default initialisation, per member
+        self.weight = nn.Parameter(torch.empty(num_members, in_features, out_features).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(num_members, 1, out_features).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class Critic(nn.Module):
+    """Twin generator critics Z_e(s, a, xi), e = 1..E, in one batched network: the input [s, a, m_e(xi)] goes through 2
+    SiLU hidden layers and is skipped into the second; m_e, two width-64 SiLU layers, embeds the noise xi."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden_dim: int, noise_dim: int, num_critics: int = 2):
+        super().__init__()
+        in_dim = obs_dim + act_dim + NOISE_EMBEDDING_DIM
+        self.num_critics = num_critics
+        self.noise_dim = noise_dim
+        self.noise1 = EnsembleLinear(num_critics, noise_dim, NOISE_EMBEDDING_DIM)
+        self.noise2 = EnsembleLinear(num_critics, NOISE_EMBEDDING_DIM, NOISE_EMBEDDING_DIM)
+        self.fc1 = EnsembleLinear(num_critics, in_dim, hidden_dim)
+        self.fc2 = EnsembleLinear(num_critics, hidden_dim + in_dim, hidden_dim)
+        self.fc3 = EnsembleLinear(num_critics, hidden_dim, 1)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """obs (R, S) or (E, R, S), actions (R, A) or (E, R, A), noise (E, R, noise_dim) -> return samples (E, R)."""
+        rows = (self.num_critics, obs.shape[-2])
+        embedding = F.silu(self.noise2(F.silu(self.noise1(noise))))  # (E, R, 64)
+        x = torch.cat([obs.expand(*rows, -1), actions.expand(*rows, -1), embedding], -1)  # (E, R, S+A+64)
+        h = F.silu(self.fc1(x))
+        h = F.silu(self.fc2(torch.cat([h, x], -1)))
+        return self.fc3(h).squeeze(-1)
+
+
+class Actor(nn.Module):
+    """Deterministic policy: 2 SiLU hidden layers, tanh output in [-1, 1]."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden_dim: int):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(obs_dim, hidden_dim), nn.SiLU(),
+            nn.Linear(hidden_dim, hidden_dim), nn.SiLU(),
+            nn.Linear(hidden_dim, act_dim), nn.Tanh(),
+        )
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs)
+
+
+# WORLD MODEL
+class SkipMLP(nn.Module):
+    """MLP with SiLU hidden layers; the input is concatenated to the input of every hidden layer after the first."""
+
+    def __init__(self, in_dim: int, hidden_dim: int, out_dim: int, num_hidden: int = 3):
+        super().__init__()
+        self.hidden = nn.ModuleList(
+            [nn.Linear(in_dim, hidden_dim)] + [nn.Linear(hidden_dim + in_dim, hidden_dim) for _ in range(num_hidden - 1)]
+        )
+        self.out = nn.Linear(hidden_dim, out_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.silu(self.hidden[0](x))
+        for layer in self.hidden[1:]:
+            h = F.silu(layer(torch.cat([h, x], -1)))
+        return self.out(h)
+
+
+class RunningNormaliser(nn.Module):
+    """Running mean and std (Chan et al.'s parallel update, float64) of a stream of vectors; std floored at `min_std`."""
+
+    def __init__(self, dim: int, min_std: float = 1e-2):
+        super().__init__()
+        self.min_std = min_std
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("total_mean", torch.zeros(dim, dtype=torch.float64))
+        self.register_buffer("total_m2", torch.zeros(dim, dtype=torch.float64))
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("std", torch.ones(dim))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, self.mean.shape[0]).double()  # (n, dim)
+        n = x.shape[0]
+        batch_mean = x.mean(0)
+        delta = batch_mean - self.total_mean
+        total = self.count + n
+        self.total_mean += delta * n / total
+        self.total_m2 += ((x - batch_mean) ** 2).sum(0) + delta**2 * self.count * n / total
+        self.count += n
+        self.mean.copy_(self.total_mean)
+        self.std.copy_((self.total_m2 / self.count).sqrt().clamp_min(self.min_std))
+
+    def normalise(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+    def denormalise(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.std + self.mean
+
+
+class WorldModel(nn.Module):
+    """Conditional VAE of (ds, r) = (s' - s, r) given (s, a), in normalised coordinates.
+
+    Learned diagonal-Gaussian prior p(eps | s, a) and encoder q(eps | s, a, ds, r), deterministic decoder
+    (ds, r) = D(s, a, eps); latent dim |S| + 1; each net is a 3-hidden-layer SkipMLP. Samples use the prior with the
+    reparameterisation trick, so (s', r) is differentiable w.r.t. (s, a).
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden_dim: int, kl_weight: float = 0.1):
+        super().__init__()
+        self.latent_dim = obs_dim + 1
+        self.kl_weight = kl_weight
+        self.obs_normaliser = RunningNormaliser(obs_dim)
+        self.action_normaliser = RunningNormaliser(act_dim)
+        self.delta_normaliser = RunningNormaliser(obs_dim)
+        self.reward_normaliser = RunningNormaliser(1)
+        cond_dim = obs_dim + act_dim
+        self.prior = SkipMLP(cond_dim, hidden_dim, 2 * self.latent_dim)
+        self.encoder = SkipMLP(cond_dim + obs_dim + 1, hidden_dim, 2 * self.latent_dim)
+        self.decoder = SkipMLP(cond_dim + self.latent_dim, hidden_dim, obs_dim + 1)
+
+    def update_normalisers(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> None:
+        self.obs_normaliser.update(obs)
+        self.action_normaliser.update(actions)
+        self.delta_normaliser.update(next_obs - obs)
+        self.reward_normaliser.update(rewards)
+
+    def condition(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.obs_normaliser.normalise(obs), self.action_normaliser.normalise(actions)], -1)
+
+    @staticmethod
+    def gaussian(params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = params.chunk(2, -1)
+        return mean, log_std.clamp(-10.0, 2.0)
+
+    def loss(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+        """Negative ELBO (up to constants) of a batch: obs (B, S), actions (B, A), rewards (B,), next_obs (B, S)."""
+        cond = self.condition(obs, actions)  # (B, S+A)
+        target = torch.cat(
+            [self.delta_normaliser.normalise(next_obs - obs), self.reward_normaliser.normalise(rewards[:, None])], -1
+        )  # (B, S+1)
+        q_mean, q_log_std = self.gaussian(self.encoder(torch.cat([cond, target], -1)))  # (B, L) each
+        p_mean, p_log_std = self.gaussian(self.prior(cond))
+        eps = q_mean + q_log_std.exp() * torch.randn_like(q_mean)
+        reconstruction = (self.decoder(torch.cat([cond, eps], -1)) - target).pow(2).sum(-1)  # (B,)
+        kl = (
+            p_log_std - q_log_std
+            + ((2 * q_log_std).exp() + (q_mean - p_mean) ** 2) / (2 * (2 * p_log_std).exp())
+            - 0.5
+        ).sum(-1)  # KL(q || p), (B,)
+        return (reconstruction + self.kl_weight * kl).mean()
+
+    def sample(self, obs: torch.Tensor, actions: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """n samples per pair: obs (B, S), actions (B, A) -> next_obs (B, n, S), rewards (B, n); differentiable."""
+        cond = self.condition(obs, actions)  # (B, S+A)
+        p_mean, p_log_std = self.gaussian(self.prior(cond))  # (B, L) each
+        noise = torch.randn(obs.shape[0], n, self.latent_dim, device=obs.device)
+        eps = p_mean[:, None] + p_log_std.exp()[:, None] * noise  # (B, n, L)
+        out = self.decoder(torch.cat([cond[:, None].expand(-1, n, -1), eps], -1))  # (B, n, S+1)
+        next_obs = obs[:, None] + self.delta_normaliser.denormalise(out[..., :-1])
+        rewards = self.reward_normaliser.denormalise(out[..., -1:]).squeeze(-1)
+        return next_obs, rewards
+
+
+# REPLAY BUFFER
+class ReplayBatch(NamedTuple):
+    obs: torch.Tensor  # (B, S)
+    actions: torch.Tensor  # (B, A)
+    rewards: torch.Tensor  # (B,)
+    next_obs: torch.Tensor  # (B, S)
+    terminations: torch.Tensor  # (B,) 1.0 where the episode terminated (not truncated)
+
+
+class ReplayBuffer:
+    """Uniform replay of real transitions, stored on the training device."""
+
+    def __init__(self, obs_dim: int, act_dim: int, capacity: int, device: torch.device):
+        self.capacity = capacity
+        self.obs = torch.zeros(capacity, obs_dim, device=device)
+        self.actions = torch.zeros(capacity, act_dim, device=device)
+        self.rewards = torch.zeros(capacity, device=device)
+        self.next_obs = torch.zeros(capacity, obs_dim, device=device)
+        self.terminations = torch.zeros(capacity, device=device)
+        self.pos = 0
+        self.size = 0
+
+    def add(self, obs: torch.Tensor, action: torch.Tensor, reward: float, next_obs: torch.Tensor, terminated: bool) -> None:
+        self.obs[self.pos] = obs
+        self.actions[self.pos] = action
+        self.rewards[self.pos] = reward
+        self.next_obs[self.pos] = next_obs
+        self.terminations[self.pos] = float(terminated)
+        self.pos = (self.pos + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def sample(self, batch_size: int) -> ReplayBatch:
+        idx = torch.randint(0, self.size, (batch_size,), device=self.obs.device)
+        return ReplayBatch(self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.terminations[idx])
+
+    def state_dict(self) -> dict:
+        keep = slice(0, self.size)
+        return {"pos": self.pos, "size": self.size, "obs": self.obs[keep].cpu(), "actions": self.actions[keep].cpu(),
+                "rewards": self.rewards[keep].cpu(), "next_obs": self.next_obs[keep].cpu(),
+                "terminations": self.terminations[keep].cpu()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.pos, self.size = state["pos"], state["size"]
+        for name in ("obs", "actions", "rewards", "next_obs", "terminations"):
+            getattr(self, name)[: self.size] = state[name]
+
+
+# LOSSES AND TARGETS
+def multiquadric_kernel(x: torch.Tensor, y: torch.Tensor, h: float) -> torch.Tensor:
+    """k_h(x, y) = -sqrt(1 + h^2 |x - y|^2): x (..., n, d), y (..., m, d) -> (..., n, m)."""
+    sq_dist = (x.unsqueeze(-2) - y.unsqueeze(-3)).pow(2).sum(-1)  # (..., n, m)
+    return -torch.sqrt(1.0 + h**2 * sq_dist)
+
+
+def mmd2(x: torch.Tensor, y: torch.Tensor, h: float, estimator: str = "biased") -> torch.Tensor:
+    """Squared MMD under the multiquadric kernel between sample sets x (..., n, d) and y (..., m, d) -> (...).
+
+    biased: the V-statistic mean k(x, x') + mean k(y, y') - 2 mean k(x, y); unbiased: the within-set means leave out
+    the diagonal terms k(x_i, x_i) = k(y_j, y_j) = -1.
+    """
+    n, m = x.shape[-2], y.shape[-2]
+    k_xx = multiquadric_kernel(x, x, h).sum((-2, -1))
+    k_yy = multiquadric_kernel(y, y, h).sum((-2, -1))
+    k_xy = multiquadric_kernel(x, y, h).mean((-2, -1))
+    if estimator == "biased":
+        return k_xx / n**2 + k_yy / m**2 - 2 * k_xy
+    return (k_xx + n) / (n * (n - 1)) + (k_yy + m) / (m * (m - 1)) - 2 * k_xy
+
+
+def max_sliced_mmd2(x: torch.Tensor, y: torch.Tensor, h: float, steps: int, lr: float, estimator: str) -> torch.Tensor:
+    """Max-sliced MMD^2 of x (..., n, d) and y (..., m, d) as in dsdpg_msmmd_sobolev.py: Adam ascent of a random
+    direction on the sphere with the closed-form gradient, then the MMD^2 of the projections -> (...)."""
+    n, m, d = x.shape[-2], y.shape[-2], x.shape[-1]
+    lead = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    xd, yd = x.detach().expand(*lead, n, d), y.detach().expand(*lead, m, d)
+    xi, xj = torch.triu_indices(n, n, 1, device=x.device)
+    yi, yj = torch.triu_indices(m, m, 1, device=x.device)
+    diffs = torch.cat([xd[..., xi, :] - xd[..., xj, :], yd[..., yi, :] - yd[..., yj, :],
+                       (xd.unsqueeze(-2) - yd.unsqueeze(-3)).flatten(-3, -2)], -2)  # (..., P, d) all pairs
+    within = (n * n, m * m) if estimator == "biased" else (n * (n - 1), m * (m - 1))
+    weights = torch.cat([x.new_full((xi.shape[0],), 2.0 / within[0]), x.new_full((yi.shape[0],), 2.0 / within[1]),
+                         x.new_full((n * m,), -2.0 / (n * m))])  # (P,) MMD^2 = sum_p weights_p k(theta . diffs_p)
+    theta = F.normalize(torch.randn(*lead, d, device=x.device), dim=-1)
+    first_moment, second_moment = torch.zeros_like(theta), torch.zeros_like(theta)
+    for step in range(1, steps + 1):
+        projected = (diffs @ theta.unsqueeze(-1)).squeeze(-1)  # (..., P)
+        slope = -(h**2) * projected * torch.rsqrt(1.0 + h**2 * projected**2)  # k'(t) of k(t) = -sqrt(1 + h^2 t^2)
+        grad = ((weights * slope).unsqueeze(-2) @ diffs).squeeze(-2)  # (..., d)
+        grad = grad - (grad * theta).sum(-1, keepdim=True) * theta  # along the sphere: 0 when d = 1
+        first_moment.lerp_(grad, 0.1)
+        second_moment.mul_(0.999).addcmul_(grad, grad, value=0.001)
+        ascent = lr * (first_moment / (1 - 0.9**step)) / ((second_moment / (1 - 0.999**step)).sqrt() + 1e-8)
+        theta = F.normalize(theta + ascent, dim=-1)
+    return mmd2(x @ theta.unsqueeze(-1), y @ theta.unsqueeze(-1), h, estimator)
+
+
+def truncate_top(samples: torch.Tensor, p: float) -> torch.Tensor:
+    """Drop the round(n p / 100) points with the largest return coordinate (TQC): (..., n, d) -> (..., n - round(n p / 100), d)."""
+    n = samples.shape[-2]
+    keep = samples[..., 0].topk(n - round(n * p / 100), dim=-1, largest=False).indices  # (..., kept)
+    return samples.gather(-2, keep.unsqueeze(-1).expand(*keep.shape, samples.shape[-1]))
+
+
+def return_targets(
+    obs: torch.Tensor, actions: torch.Tensor, terminations: torch.Tensor, world_model: WorldModel,
+    target_actor: Actor, target_critic: Critic, gamma: float, policy_noise: float, noise_clip: float, num_samples: int,
+) -> torch.Tensor:
+    """The 2N distributional Bellman target returns y_ck of each pair, critic 1's N then critic 2's N.
+
+    For k = 1..N: (s'_k, r_k) = g(s, a, eps_k) from the world model, a'_k = clip(pi'(s'_k) + clipped smoothing noise),
+    y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k, xi_ck). obs (B, S), actions (B, A), terminations (B,) -> (B, 2N, 1).
+    """
+    batch, n, num_critics = obs.shape[0], num_samples, target_critic.num_critics
+    with torch.no_grad():
+        next_obs, rewards = world_model.sample(obs, actions, n)
+        next_obs = next_obs.reshape(batch * n, -1)  # (B*N, S); rewards (B, N)
+        next_actions = target_actor(next_obs)  # (B*N, A)
+        smoothing = (torch.randn_like(next_actions) * policy_noise).clamp(-noise_clip, noise_clip)
+        next_actions = (next_actions + smoothing).clamp(-1.0, 1.0)
+        noise = torch.randn(num_critics, batch * n, target_critic.noise_dim, device=obs.device)
+        next_z = target_critic(next_obs, next_actions, noise).reshape(num_critics, batch, n)  # (E, B, N)
+        returns = rewards + gamma * (1.0 - terminations)[:, None] * next_z  # (E, B, N)
+    return returns.transpose(0, 1).reshape(batch, num_critics * n, 1)
+
+
+def return_samples(critic: Critic, obs: torch.Tensor, actions: torch.Tensor, num_samples: int) -> torch.Tensor:
+    """Predicted returns Z_e(s, a, xi_j), j = 1..N, of every online critic e: obs (B, S), actions (B, A) -> (E, B, N, 1)."""
+    batch, n, num_critics = obs.shape[0], num_samples, critic.num_critics
+    noise = torch.randn(num_critics, batch * n, critic.noise_dim, device=obs.device)
+    z = critic(obs.repeat_interleave(n, 0), actions.repeat_interleave(n, 0), noise)  # (E, B*N)
+    return z.reshape(num_critics, batch, n, 1)
+
+
+def critic_loss(predictions: torch.Tensor, targets: torch.Tensor, h: float, estimator: str,
+                slicing: tuple[int, float] | None) -> torch.Tensor:
+    """MMD^2 (max-sliced with slicing = (steps, lr)) between each critic's prediction set and the shared target set,
+    mean over the batch, summed over the critics: predictions (E, B, N, 1), targets (B, K, 1)."""
+    if slicing is not None:
+        return max_sliced_mmd2(predictions, targets, h, *slicing, estimator).mean(1).sum()
+    return mmd2(predictions, targets, h, estimator).mean(1).sum()
+
+
+# TRAINING
+def evaluate(actor: Actor, env: gym.Env, num_episodes: int, seed: int, device: torch.device) -> float:
+    """Mean return of the deterministic policy over `num_episodes` episodes reset with seeds seed, seed+1, ..."""
+    returns = []
+    for episode in range(num_episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        done, episode_return = False, 0.0
+        while not done:
+            with torch.no_grad():
+                action = actor(torch.as_tensor(obs, device=device)[None])[0].cpu().numpy()
+            obs, reward, terminated, truncated, _ = env.step(action)
+            episode_return += float(reward)
+            done = terminated or truncated
+        returns.append(episode_return)
+    return float(np.mean(returns))
+
+
+def save_checkpoint(path: str, state: dict) -> None:
+    """Write atomically, so a crash during the write never destroys the previous checkpoint."""
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def resumed_args(cli_args: Args, saved: dict) -> Args:
+    """The checkpoint's settings; --total-timesteps, --cuda and --resume come from the command line."""
+    args = Args(**saved)
+    defaults = Args()
+    for field in fields(Args):
+        name = field.name
+        if name in ("total_timesteps", "cuda", "resume"):
+            setattr(args, name, getattr(cli_args, name))
+        elif getattr(cli_args, name) != getattr(defaults, name) and getattr(cli_args, name) != saved[name]:
+            print(f"warning: --{name.replace('_', '-')} ignored on resume (the run uses {saved[name]!r})", file=sys.stderr)
+    return args
+
+
+def fail(message: str) -> None:
+    """One line on stderr, exit status 1, no traceback."""
+    raise SystemExit(f"{os.path.basename(__file__)}: error: {message}")
+
+
+def main(args: Args) -> None:
+    try:
+        check_args(args)
+        checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True) if args.resume else None
+        if checkpoint is not None:
+            args = resumed_args(args, checkpoint["args"])
+            check_args(args)
+        env = make_env(args)
+        eval_env = make_env(args)
+    except ValueError as error:
+        fail(str(error))
+    except (OSError, RuntimeError, KeyError, TypeError) as error:
+        fail(f"cannot resume from {args.resume!r}: {error}")
+
+    if checkpoint is not None:
+        run_dir = os.path.dirname(os.path.abspath(args.resume))
+    else:
+        run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+    os.makedirs(run_dir, exist_ok=True)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = True
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    obs_dim = env.observation_space.shape[0]
+    act_dim = env.action_space.shape[0]
+    actor = Actor(obs_dim, act_dim, args.hidden_dim).to(device)
+    critic = Critic(obs_dim, act_dim, args.hidden_dim, args.noise_dim).to(device)
+    target_actor = copy.deepcopy(actor).requires_grad_(False)
+    target_critic = copy.deepcopy(critic).requires_grad_(False)
+    actor_optimizer = torch.optim.RAdam(actor.parameters(), lr=args.learning_rate)
+    critic_optimizer = torch.optim.RAdam(critic.parameters(), lr=args.learning_rate)
+    world_model = WorldModel(obs_dim, act_dim, args.wm_hidden_dim).to(device)
+    wm_optimizer = torch.optim.RAdam(world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4)
+    rb = ReplayBuffer(obs_dim, act_dim, args.buffer_size, device)
+    slicing = (args.slice_steps, args.slice_lr) if args.metric == "msmmd" else None
+
+    start_step, num_critic_updates = 0, 0
+    eval_steps: list[int] = []
+    eval_returns: list[float] = []
+    obs, _ = env.reset(seed=args.seed)
+    if checkpoint is not None:
+        actor.load_state_dict(checkpoint["actor"])
+        critic.load_state_dict(checkpoint["critic"])
+        target_actor.load_state_dict(checkpoint["target_actor"])
+        target_critic.load_state_dict(checkpoint["target_critic"])
+        actor_optimizer.load_state_dict(checkpoint["actor_optimizer"])
+        critic_optimizer.load_state_dict(checkpoint["critic_optimizer"])
+        world_model.load_state_dict(checkpoint["world_model"])
+        wm_optimizer.load_state_dict(checkpoint["wm_optimizer"])
+        rb.load_state_dict(checkpoint["replay_buffer"])
+        start_step, num_critic_updates = checkpoint["global_step"], checkpoint["num_critic_updates"]
+        eval_steps, eval_returns = checkpoint["eval_steps"], checkpoint["eval_returns"]
+        torch.set_rng_state(checkpoint["torch_rng"])
+        if device.type == "cuda" and checkpoint["cuda_rng"] is not None:
+            torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
+        env.unwrapped.np_random.bit_generator.state = checkpoint["env_rng"]
+        obs, _ = env.reset()
+        print(f"resuming {run_dir} at step {start_step}", file=sys.stderr)
+
+    def training_state(next_step: int) -> dict:
+        """Everything a resumed run needs: tensors and plain Python values only (loads with weights_only=True)."""
+        return {
+            "args": asdict(args), "global_step": next_step, "num_critic_updates": num_critic_updates,
+            "actor": actor.state_dict(), "critic": critic.state_dict(),
+            "target_actor": target_actor.state_dict(), "target_critic": target_critic.state_dict(),
+            "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
+            "world_model": world_model.state_dict(), "wm_optimizer": wm_optimizer.state_dict(),
+            "replay_buffer": rb.state_dict(), "eval_steps": eval_steps, "eval_returns": eval_returns,
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+            "env_rng": env.unwrapped.np_random.bit_generator.state,
+        }
+
+    writer = SummaryWriter(run_dir, purge_step=start_step if checkpoint is not None else None)
+    if checkpoint is None:
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+        )
+
+    losses: dict[str, torch.Tensor] = {}
+    last_checkpoint_step, sps = start_step, 0
+    start_time = time.time()
+    progress = tqdm(range(start_step, args.total_timesteps), initial=start_step, total=args.total_timesteps,
+                    desc=args.exp_name, mininterval=1.0, dynamic_ncols=True)
+    global_step = start_step
+    try:
+        for global_step in progress:
+            # ALGO LOGIC: put action logic here
+            if global_step < args.learning_starts:
+                action = torch.rand(act_dim) * 2.0 - 1.0
+            else:
+                with torch.no_grad():
+                    action = actor(torch.as_tensor(obs, device=device)[None])[0]
+                    action = (action + torch.randn_like(action) * args.exploration_noise).clamp(-1.0, 1.0)
+            action = action.cpu().numpy()
+
+            # TRY NOT TO MODIFY: execute the game and log data.
+            next_obs, reward, terminated, truncated, info = env.step(action)
+            if "episode" in info:
+                writer.add_scalar("charts/episodic_return", info["episode"]["r"], global_step)
+                writer.add_scalar("charts/episodic_length", info["episode"]["l"], global_step)
+
+            # TRY NOT TO MODIFY: save data to the replay buffer; next_obs is the true final observation at episode ends
+            obs_t = torch.as_tensor(obs, device=device)
+            action_t = torch.as_tensor(action, device=device)
+            next_obs_t = torch.as_tensor(next_obs, device=device)
+            rb.add(obs_t, action_t, float(reward), next_obs_t, terminated)
+            world_model.update_normalisers(obs_t, action_t, torch.tensor([float(reward)], device=device), next_obs_t)
+            obs = next_obs
+
+            # ALGO LOGIC: world model training
+            if rb.size >= args.batch_size:
+                for _ in range(args.wm_updates_per_step):
+                    data = rb.sample(args.batch_size)
+                    wm_loss = world_model.loss(data.obs, data.actions, data.rewards, data.next_obs)
+                    wm_optimizer.zero_grad()
+                    wm_loss.backward()
+                    wm_optimizer.step()
+                    losses["world_model_loss"] = wm_loss.detach()
+
+            # ALGO LOGIC: training.
+            if global_step >= args.learning_starts:
+                for _ in range(args.updates_per_step):
+                    data = rb.sample(args.batch_size)
+                    targets = return_targets(data.obs, data.actions, data.terminations, world_model, target_actor,
+                                             target_critic, args.gamma, args.policy_noise, args.noise_clip,
+                                             args.num_samples)  # (B, 2N, 1)
+                    targets = truncate_top(targets, args.truncation)  # (B, K, 1)
+                    predictions = return_samples(critic, data.obs, data.actions, args.num_samples)  # (2, B, N, 1)
+                    qf_loss = critic_loss(predictions, targets, args.kernel_bandwidth, args.mmd_estimator, slicing)
+
+                    critic_optimizer.zero_grad()
+                    qf_loss.backward()
+                    critic_optimizer.step()
+                    num_critic_updates += 1
+                    losses["qf_loss"] = qf_loss.detach()
+
+                    if num_critic_updates % args.policy_frequency == 0:
+                        policy_obs = data.obs.repeat_interleave(args.num_samples_policy, 0)  # (B*M, S)
+                        critic_noise = torch.randn(critic.num_critics, policy_obs.shape[0], args.noise_dim, device=device)
+                        actor_loss = -critic(policy_obs, actor(policy_obs), critic_noise)[0].mean()
+                        actor_optimizer.zero_grad()
+                        actor_loss.backward()
+                        actor_optimizer.step()
+                        losses["actor_loss"] = actor_loss.detach()
+
+                        # update the target networks
+                        with torch.no_grad():
+                            for param, target_param in zip(actor.parameters(), target_actor.parameters()):
+                                target_param.lerp_(param, args.tau)
+                            for param, target_param in zip(critic.parameters(), target_critic.parameters()):
+                                target_param.lerp_(param, args.tau)
+
+                if not torch.isfinite(torch.stack(list(losses.values()))).all():
+                    bad = ", ".join(f"{name}={value.item()}" for name, value in losses.items())
+                    nonfinite_path = os.path.join(run_dir, "nonfinite_checkpoint.pt")
+                    save_checkpoint(nonfinite_path, training_state(global_step + 1))
+                    fail(f"non-finite loss at step {global_step} ({bad}); state saved to {nonfinite_path}")
+
+                if global_step % 100 == 0:
+                    writer.add_scalar("losses/qf1_values", predictions[0, ..., 0].mean().item(), global_step)
+                    writer.add_scalar("losses/qf2_values", predictions[1, ..., 0].mean().item(), global_step)
+                    for name, value in losses.items():
+                        writer.add_scalar(f"losses/{name}", value.item(), global_step)
+            if global_step % 100 == 0:
+                sps = int((global_step + 1 - start_step) / (time.time() - start_time))
+                writer.add_scalar("charts/SPS", sps, global_step)
+                progress.set_postfix(SPS=sps, eval=eval_returns[-1] if eval_returns else None, refresh=False)
+
+            if (global_step + 1) % args.eval_frequency == 0 or global_step + 1 == args.total_timesteps:
+                eval_return = evaluate(actor, eval_env, args.eval_episodes, args.seed + 100_000, device)
+                eval_steps.append(global_step + 1)
+                eval_returns.append(eval_return)
+                writer.add_scalar("eval/episodic_return", eval_return, global_step + 1)
+                progress.set_postfix(SPS=sps, eval=eval_return, refresh=False)
+
+            if terminated or truncated:
+                if args.checkpoint_frequency and global_step + 1 - last_checkpoint_step >= args.checkpoint_frequency:
+                    save_checkpoint(checkpoint_path, training_state(global_step + 1))
+                    last_checkpoint_step = global_step + 1
+                obs, _ = env.reset()
+    except KeyboardInterrupt:
+        save_checkpoint(checkpoint_path, training_state(global_step))
+        writer.close()
+        fail(f"interrupted at step {global_step}; resume with --resume {checkpoint_path}")
+    finally:
+        progress.close()
+
+    save_checkpoint(checkpoint_path, training_state(args.total_timesteps))
+    if args.save_model:
+        torch.save({"actor": actor.state_dict(), "critic": critic.state_dict(), "args": asdict(args)},
+                   os.path.join(run_dir, "model.pt"))
+    summary = {
+        "final_eval_return": eval_returns[-1],
+        "eval_steps": eval_steps,
+        "eval_returns": eval_returns,
+        "nauc": float(np.mean(eval_returns)),
+        "wall_time_s": time.time() - start_time,
+        "args": asdict(args),
+    }
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(f"final eval return {summary['final_eval_return']:.2f}, nAUC {summary['nauc']:.2f}; outputs in {run_dir}")
+    env.close()
+    eval_env.close()
+    writer.close()
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
