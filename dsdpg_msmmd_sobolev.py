@@ -140,6 +140,8 @@ class Args:
     """evaluate the deterministic policy every `eval_frequency` steps (and at the end)"""
     eval_episodes: int = 10
     """episodes per evaluation"""
+    contraction_frequency: int = 1_000
+    """log the contraction factor gamma kappa of the Sobolev backup every this many steps (0: never)"""
     save_model: bool = False
     """save the trained actor and critics to runs/<run_name>/model.pt"""
     checkpoint_frequency: int = 10_000
@@ -173,7 +175,7 @@ def check_args(args: Args) -> None:
         (args.dyn_noise_std is None or args.dyn_noise_std >= 0, "--dyn-noise-std must be >= 0"),
         (args.eval_frequency >= 1, "--eval-frequency must be >= 1"),
         (args.eval_episodes >= 1, "--eval-episodes must be >= 1"),
-        (args.checkpoint_frequency >= 0, "--checkpoint-frequency must be >= 0"),
+        (args.checkpoint_frequency >= 0 and args.contraction_frequency >= 0, "frequencies must be >= 0"),
         (args.resume is None or os.path.isfile(args.resume), f"--resume: no such file {args.resume!r}"),
     ]
     for ok, message in checks:
@@ -432,11 +434,15 @@ class WorldModel(nn.Module):
         ).sum(-1)  # KL(q || p), (B,)
         return (reconstruction + self.kl_weight * kl).mean()
 
-    def sample(self, obs: torch.Tensor, actions: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """n samples per pair: obs (B, S), actions (B, A) -> next_obs (B, n, S), rewards (B, n); differentiable."""
+    def sample(
+        self, obs: torch.Tensor, actions: torch.Tensor, n: int, noise: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """n samples per pair: obs (B, S), actions (B, A) -> next_obs (B, n, S), rewards (B, n); differentiable.
+        `noise` (B, n, L), the standard-normal draws behind the samples, is drawn here unless given."""
         cond = self.condition(obs, actions)  # (B, S+A)
         p_mean, p_log_std = self.gaussian(self.prior(cond))  # (B, L) each
-        noise = torch.randn(obs.shape[0], n, self.latent_dim, device=obs.device)
+        if noise is None:
+            noise = torch.randn(obs.shape[0], n, self.latent_dim, device=obs.device)
         eps = p_mean[:, None] + p_log_std.exp()[:, None] * noise  # (B, n, L)
         out = self.decoder(torch.cat([cond[:, None].expand(-1, n, -1), eps], -1))  # (B, n, S+1)
         next_obs = obs[:, None] + self.delta_normaliser.denormalise(out[..., :-1])
@@ -611,6 +617,25 @@ def critic_loss(
     return loss.mean(1).sum(), theta
 
 
+def contraction_factor(
+    obs: torch.Tensor, actions: torch.Tensor, world_model: WorldModel, target_actor: Actor, gamma: float
+) -> torch.Tensor:
+    """gamma |(df/da)^T (dpi'/ds')^T|_2 per pair: how much one Sobolev backup can stretch action-gradients, the paper's
+    gamma kappa (contraction needs gamma kappa < 1). df/da follows one world-model sample path s' = f(s, a, eps) and
+    dpi'/ds' is the target actor's Jacobian at s': obs (B, S), actions (B, A) -> (B,)."""
+    noise = torch.randn(obs.shape[0], 1, world_model.latent_dim, device=obs.device)
+
+    def next_state(s: torch.Tensor, a: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:  # (S,), (A,), (1, L) -> (S,)
+        return world_model.sample(s[None], a[None], 1, eps[None])[0][0, 0]
+
+    with torch.no_grad():
+        dynamics_jacobian = torch.func.vmap(torch.func.jacfwd(next_state, argnums=1))(obs, actions, noise)  # (B, S, A)
+        next_obs = world_model.sample(obs, actions, 1, noise)[0][:, 0]  # (B, S)
+        policy_jacobian = torch.func.vmap(torch.func.jacfwd(lambda s: target_actor(s[None])[0]))(next_obs)  # (B, A, S)
+    operator = gamma * dynamics_jacobian.transpose(-1, -2) @ policy_jacobian.transpose(-1, -2)  # (B, A, A)
+    return torch.linalg.matrix_norm(operator, ord=2)
+
+
 # TRAINING
 def evaluate(actor: Actor, env: gym.Env, num_episodes: int, seed: int, device: torch.device) -> float:
     """Mean return of the deterministic policy over `num_episodes` episodes reset with seeds seed, seed+1, ..."""
@@ -737,6 +762,7 @@ def main(args: Args) -> None:
         )
 
     losses: dict[str, torch.Tensor] = {}
+    monitor_contraction = args.contraction_frequency > 0
     last_checkpoint_step, sps = start_step, 0
     start_time = time.time()
     progress = tqdm(range(start_step, args.total_timesteps), initial=start_step, total=args.total_timesteps,
@@ -833,6 +859,13 @@ def main(args: Args) -> None:
                 sps = int((global_step + 1 - start_step) / (time.time() - start_time))
                 writer.add_scalar("charts/SPS", sps, global_step)
                 progress.set_postfix(SPS=sps, eval=eval_returns[-1] if eval_returns else None, refresh=False)
+
+            if monitor_contraction and global_step >= args.learning_starts and global_step % args.contraction_frequency == 0:
+                with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # training draws stay the same
+                    data = rb.sample(args.batch_size)
+                    factors = contraction_factor(data.obs, data.actions, world_model, target_actor, args.gamma)  # (B,)
+                writer.add_scalar("charts/contraction_gamma_kappa", factors.median().item(), global_step)
+                writer.add_scalar("charts/contraction_gamma_kappa_max", factors.max().item(), global_step)
 
             if (global_step + 1) % args.eval_frequency == 0 or global_step + 1 == args.total_timesteps:
                 eval_return = evaluate(actor, eval_env, args.eval_episodes, args.seed + 100_000, device)

@@ -1,9 +1,8 @@
 """MAGE: TD3 whose critics also fit the action-gradient of their target (deterministic Sobolev TD).
 
 The "Huber Sobolev" baseline of DSDPG (after D'Oro and Jaskowski 2020): td3_huber.py with the critic loss
-Huber(Q - y) + 5 x Huber(dQ/da - dy/da); y = r + gamma (1 - d) min_c Q'_c(s', a') is built from one world-model sample
-(s', r) = g(s, a, eps) and differentiated with respect to the replay action a through the reward, the model, the
-target actor and the target critic. `diff td3_huber.py mage_huber_sobolev.py` is that gradient term.
+Huber(Q - y) + 5 x Huber(dQ/da - dy/da) summed over actions, y = r + gamma (1 - d) min_c Q'_c(s', a') from one world-model
+sample (s', r) differentiated w.r.t. the replay action a through reward, model, target actor and target critic.
 
 Usage:
     python mage_huber_sobolev.py --env-id Walker2d-v4 --obs-noise mult
@@ -12,7 +11,6 @@ Outputs go to runs/<run_name>/: TensorBoard events, summary.json, checkpoint.pt 
 
 Choices the paper leaves open, fixed here:
     * Actions are rescaled to [-1, 1]; observations are float32.
-    * Gradient term: elementwise Huber summed over the action dimensions; dy/da goes through the minimising critic.
     * 5 000 uniform-random steps before learning; the world model trains from the first full minibatch on, one
       gradient step per env step (`--wm-updates-per-step`).
     * The critic's skip connection feeds the input [s, a] to every hidden layer after the first; the twin critics
@@ -97,6 +95,8 @@ class Args:
     """std of the target-policy smoothing noise"""
     noise_clip: float = 0.5
     """clip of the target-policy smoothing noise"""
+    double_q: bool = True
+    """bootstrap from the minimum of the two target critics (off: from critic 1 alone; the overestimation ablation)"""
     hidden_dim: int = 400
     """width of the actor's and the critics' two hidden layers"""
     grad_loss_weight: float = 5.0
@@ -115,6 +115,8 @@ class Args:
     """evaluate the deterministic policy every `eval_frequency` steps (and at the end)"""
     eval_episodes: int = 10
     """episodes per evaluation"""
+    contraction_frequency: int = 1_000
+    """log the contraction factor gamma kappa of the Sobolev backup every this many steps (0: never)"""
     save_model: bool = False
     """save the trained actor and critics to runs/<run_name>/model.pt"""
     checkpoint_frequency: int = 10_000
@@ -143,7 +145,7 @@ def check_args(args: Args) -> None:
         (args.dyn_noise_std is None or args.dyn_noise_std >= 0, "--dyn-noise-std must be >= 0"),
         (args.eval_frequency >= 1, "--eval-frequency must be >= 1"),
         (args.eval_episodes >= 1, "--eval-episodes must be >= 1"),
-        (args.checkpoint_frequency >= 0, "--checkpoint-frequency must be >= 0"),
+        (args.checkpoint_frequency >= 0 and args.contraction_frequency >= 0, "frequencies must be >= 0"),
         (args.resume is None or os.path.isfile(args.resume), f"--resume: no such file {args.resume!r}"),
     ]
     for ok, message in checks:
@@ -393,11 +395,15 @@ class WorldModel(nn.Module):
         ).sum(-1)  # KL(q || p), (B,)
         return (reconstruction + self.kl_weight * kl).mean()
 
-    def sample(self, obs: torch.Tensor, actions: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """n samples per pair: obs (B, S), actions (B, A) -> next_obs (B, n, S), rewards (B, n); differentiable."""
+    def sample(
+        self, obs: torch.Tensor, actions: torch.Tensor, n: int, noise: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """n samples per pair: obs (B, S), actions (B, A) -> next_obs (B, n, S), rewards (B, n); differentiable.
+        `noise` (B, n, L), the standard-normal draws behind the samples, is drawn here unless given."""
         cond = self.condition(obs, actions)  # (B, S+A)
         p_mean, p_log_std = self.gaussian(self.prior(cond))  # (B, L) each
-        noise = torch.randn(obs.shape[0], n, self.latent_dim, device=obs.device)
+        if noise is None:
+            noise = torch.randn(obs.shape[0], n, self.latent_dim, device=obs.device)
         eps = p_mean[:, None] + p_log_std.exp()[:, None] * noise  # (B, n, L)
         out = self.decoder(torch.cat([cond[:, None].expand(-1, n, -1), eps], -1))  # (B, n, S+1)
         next_obs = obs[:, None] + self.delta_normaliser.denormalise(out[..., :-1])
@@ -455,7 +461,7 @@ class ReplayBuffer:
 # LOSSES AND TARGETS
 def sobolev_targets(
     data: ReplayBatch, world_model: WorldModel, target_actor: Actor, target_critic: Critic, gamma: float,
-    policy_noise: float, noise_clip: float,
+    policy_noise: float, noise_clip: float, double_q: bool = True,
 ) -> torch.Tensor:
     """Target (y, dy/da) per pair, y = r + gamma (1 - d) min_c Q'_c(s', a') from one world-model sample (s', r) and
     dy/da its total derivative with respect to the replay action: a batch of B pairs -> (B, 1+A), detached."""
@@ -466,7 +472,8 @@ def sobolev_targets(
         next_actions = target_actor(next_obs)  # (B, A)
         noise = (torch.randn_like(next_actions) * policy_noise).clamp(-noise_clip, noise_clip)
         next_actions = (next_actions + noise).clamp(-1.0, 1.0)
-        next_q = target_critic(next_obs, next_actions).min(0).values  # (B,)
+        next_q = target_critic(next_obs, next_actions)  # (2, B)
+        next_q = next_q.min(0).values if double_q else next_q[0]  # (B,)
         returns = rewards + gamma * (1.0 - data.terminations) * next_q
         grads = torch.autograd.grad(returns.sum(), actions)[0]  # (B, A)
     return torch.cat([returns.detach().unsqueeze(-1), grads], -1)
@@ -485,6 +492,25 @@ def critic_loss(predictions: torch.Tensor, targets: torch.Tensor, grad_loss_weig
     predictions (E, B, 1+A), targets (B, 1+A)."""
     errors = F.huber_loss(predictions, targets.expand_as(predictions), reduction="none")  # (E, B, 1+A)
     return (errors[..., 0] + grad_loss_weight * errors[..., 1:].sum(-1)).mean(1).sum()
+
+
+def contraction_factor(
+    obs: torch.Tensor, actions: torch.Tensor, world_model: WorldModel, target_actor: Actor, gamma: float
+) -> torch.Tensor:
+    """gamma |(df/da)^T (dpi'/ds')^T|_2 per pair: how much one Sobolev backup can stretch action-gradients, the paper's
+    gamma kappa (contraction needs gamma kappa < 1). df/da follows one world-model sample path s' = f(s, a, eps) and
+    dpi'/ds' is the target actor's Jacobian at s': obs (B, S), actions (B, A) -> (B,)."""
+    noise = torch.randn(obs.shape[0], 1, world_model.latent_dim, device=obs.device)
+
+    def next_state(s: torch.Tensor, a: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:  # (S,), (A,), (1, L) -> (S,)
+        return world_model.sample(s[None], a[None], 1, eps[None])[0][0, 0]
+
+    with torch.no_grad():
+        dynamics_jacobian = torch.func.vmap(torch.func.jacfwd(next_state, argnums=1))(obs, actions, noise)  # (B, S, A)
+        next_obs = world_model.sample(obs, actions, 1, noise)[0][:, 0]  # (B, S)
+        policy_jacobian = torch.func.vmap(torch.func.jacfwd(lambda s: target_actor(s[None])[0]))(next_obs)  # (B, A, S)
+    operator = gamma * dynamics_jacobian.transpose(-1, -2) @ policy_jacobian.transpose(-1, -2)  # (B, A, A)
+    return torch.linalg.matrix_norm(operator, ord=2)
 
 
 # TRAINING
@@ -613,6 +639,7 @@ def main(args: Args) -> None:
         )
 
     losses: dict[str, torch.Tensor] = {}
+    monitor_contraction = args.contraction_frequency > 0
     last_checkpoint_step, sps = start_step, 0
     start_time = time.time()
     progress = tqdm(range(start_step, args.total_timesteps), initial=start_step, total=args.total_timesteps,
@@ -658,7 +685,7 @@ def main(args: Args) -> None:
                 for _ in range(args.updates_per_step):
                     data = rb.sample(args.batch_size)
                     targets = sobolev_targets(data, world_model, target_actor, target_critic,
-                                              args.gamma, args.policy_noise, args.noise_clip)  # (B, 1+A)
+                                              args.gamma, args.policy_noise, args.noise_clip, args.double_q)  # (B, 1+A)
                     predictions = sobolev_samples(critic, data.obs, data.actions)  # (2, B, 1+A)
                     qf_loss = critic_loss(predictions, targets, args.grad_loss_weight)
 
@@ -699,6 +726,13 @@ def main(args: Args) -> None:
                 sps = int((global_step + 1 - start_step) / (time.time() - start_time))
                 writer.add_scalar("charts/SPS", sps, global_step)
                 progress.set_postfix(SPS=sps, eval=eval_returns[-1] if eval_returns else None, refresh=False)
+
+            if monitor_contraction and global_step >= args.learning_starts and global_step % args.contraction_frequency == 0:
+                with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # training draws stay the same
+                    data = rb.sample(args.batch_size)
+                    factors = contraction_factor(data.obs, data.actions, world_model, target_actor, args.gamma)  # (B,)
+                writer.add_scalar("charts/contraction_gamma_kappa", factors.median().item(), global_step)
+                writer.add_scalar("charts/contraction_gamma_kappa_max", factors.max().item(), global_step)
 
             if (global_step + 1) % args.eval_frequency == 0 or global_step + 1 == args.total_timesteps:
                 eval_return = evaluate(actor, eval_env, args.eval_episodes, args.seed + 100_000, device)

@@ -1,0 +1,105 @@
+"""Tests of the paper's ablations and theory as flags: the contraction monitor, single-critic targets (--no-double-q)."""
+
+import importlib
+
+import pytest
+import torch
+
+import td3_huber
+from helpers import only_run_dir, read_scalars, run_script
+
+SCRIPTS_WITH_WORLD_MODEL = ["td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mmd_sobolev",
+                            "dsdpg_msmmd_sobolev"]
+
+
+class LinearModel:
+    """s' = M s + P a + 0.3 eps, r = 0, following WorldModel.sample's contract (noise optional)."""
+
+    latent_dim = 3
+
+    def __init__(self, m: torch.Tensor, p: torch.Tensor):
+        self.m, self.p = m, p
+
+    def sample(self, obs, actions, n, noise=None):
+        if noise is None:
+            noise = torch.randn(obs.shape[0], n, self.latent_dim)
+        next_obs = (obs @ self.m.T + actions @ self.p.T)[:, None] + 0.3 * noise
+        return next_obs, torch.zeros(obs.shape[0], n)
+
+
+@pytest.mark.parametrize("name", SCRIPTS_WITH_WORLD_MODEL)
+def test_contraction_factor_of_linear_dynamics_and_policy_is_gamma_times_the_operator_norm(name):
+    """s' = M s + P a + noise and pi(s) = K s: gamma |(df/da)^T (dpi/ds')^T|_2 = gamma |P^T K^T|_2 at every state."""
+    module = importlib.import_module(name)
+    torch.manual_seed(0)
+    m, p, k = torch.randn(3, 3), torch.randn(3, 2), torch.randn(2, 3)
+    policy = torch.nn.Linear(3, 2, bias=False)
+    with torch.no_grad():
+        policy.weight.copy_(k)
+    obs, actions = torch.randn(6, 3), torch.randn(6, 2)
+    factors = module.contraction_factor(obs, actions, LinearModel(m, p), policy, gamma=0.97)
+    expected = 0.97 * torch.linalg.matrix_norm(p.T @ k.T, ord=2)
+    torch.testing.assert_close(factors, expected.expand(6))
+
+
+def test_contraction_factor_sees_the_world_models_jacobian():
+    """With the cVAE: the same factor from an explicit per-pair autograd Jacobian of one sample path."""
+    torch.manual_seed(1)
+    model = td3_huber.WorldModel(3, 2, 16)
+    model.update_normalisers(torch.randn(40, 3), torch.rand(40, 2), torch.randn(40, 1), torch.randn(40, 3))
+    actor = td3_huber.Actor(3, 2, 8)
+    obs, actions = torch.randn(4, 3), torch.rand(4, 2) * 2 - 1
+    torch.manual_seed(2)
+    factors = td3_huber.contraction_factor(obs, actions, model, actor, 0.9)
+    torch.manual_seed(2)
+    noise = torch.randn(4, 1, model.latent_dim)
+    for b in range(4):
+        f = lambda a: model.sample(obs[b:b + 1], a[None], 1, noise[b:b + 1])[0][0, 0]  # noqa: E731
+        df_da = torch.autograd.functional.jacobian(f, actions[b])  # (S, A)
+        next_obs = f(actions[b]).detach()
+        dpi_ds = torch.autograd.functional.jacobian(lambda s: actor(s[None])[0], next_obs)  # (A, S)
+        expected = 0.9 * torch.linalg.matrix_norm(df_da.T @ dpi_ds.T, ord=2)
+        torch.testing.assert_close(factors[b], expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["td3_huber", "mage_huber_sobolev"])
+def test_without_double_q_the_target_uses_critic_one(name):
+    module = importlib.import_module(name)
+    torch.manual_seed(3)
+    actor, critic = module.Actor(3, 2, 8), module.Critic(3, 2, 8)
+    batch = module.ReplayBatch(torch.randn(5, 3), torch.rand(5, 2), torch.randn(5), torch.randn(5, 3), torch.zeros(5))
+    model = module.WorldModel(3, 2, 8)
+    args = (actor, critic, 0.9, 0.0, 0.5)
+    target_function = module.td_targets if name == "td3_huber" else module.sobolev_targets
+    targets = {}
+    for double_q in (True, False):
+        torch.manual_seed(4)
+        out = target_function(batch, model, *args, double_q=double_q)
+        targets[double_q] = out if out.dim() == 1 else out[:, 0]
+    torch.manual_seed(4)
+    next_obs, rewards = model.sample(batch.obs, batch.actions, 1)
+    with torch.no_grad():
+        q = critic(next_obs[:, 0], actor(next_obs[:, 0]))  # (2, B)
+    torch.testing.assert_close(targets[False], rewards[:, 0] + 0.9 * q[0])
+    torch.testing.assert_close(targets[True], rewards[:, 0] + 0.9 * q.min(0).values)
+
+
+def test_the_monitor_is_logged_and_leaves_training_unchanged(tmp_path):
+    common = ["--env-id", "PointMass-v0", "--total-timesteps", "160", "--learning-starts", "100", "--hidden-dim", "16",
+              "--wm-hidden-dim", "16", "--batch-size", "16", "--updates-per-step", "1", "--eval-frequency", "80",
+              "--eval-episodes", "2", "--num-samples", "3", "--num-samples-policy", "2", "--slice-steps", "2"]
+    returns = {}
+    for frequency in ("20", "0"):
+        cwd = tmp_path / frequency
+        cwd.mkdir()
+        result = run_script("dsdpg_msmmd_sobolev.py", *common, "--contraction-frequency", frequency, cwd=cwd)
+        assert result.returncode == 0, result.stderr
+        scalars = read_scalars(only_run_dir(cwd))
+        returns[frequency] = scalars["losses/qf_loss"]
+        if frequency == "20":
+            assert [s for s, _ in scalars["charts/contraction_gamma_kappa"]] == [100, 120, 140]
+            assert all(v >= m for (_, v), (_, m) in zip(scalars["charts/contraction_gamma_kappa_max"],
+                                                         scalars["charts/contraction_gamma_kappa"]))
+        else:
+            assert "charts/contraction_gamma_kappa" not in scalars
+    assert returns["20"] == returns["0"]  # the monitor draws from a forked RNG
