@@ -1,14 +1,10 @@
 """DSDPG: Distributional Sobolev Deterministic Policy Gradient, with the MMD between Sobolev return samples.
 
-The method of "Distributional value gradients for stochastic environments": each critic is a generator
-Z(s, a, xi), xi ~ N(0, I), whose samples come with their action-gradient dZ/da, so the critic models the joint law
-of the return and its action-gradient. It is trained with the squared MMD (multiquadric kernel) between N prediction
-points (Z, dZ/da) and the Sobolev Bellman targets: for N world-model samples (s'_k, r_k) = g(s, a, eps_k) and both
-target critics, y = r_k + gamma (1 - d) Z'(s'_k, a'_k) with its per-sample total derivative dy/da through the reward,
-the model, the target actor and the critic (backpropagation through the cVAE world model). The top 25 % of the 2N
-target points by return are dropped (TQC). The actor ascends the mean of critic 1's samples. Everything else (Dyna,
-UTD 10, policy delay 2, target smoothing) is td3_huber.py's skeleton; `diff td3_huber.py dsdpg_mmd_sobolev.py` shows
-the distributional Sobolev critic, and `diff dsdpg_mmd_sobolev.py dsdpg_msmmd_sobolev.py` the max-sliced loss.
+Generator critics Z(s, a, xi), xi ~ N(0, I), whose samples come with their action-gradient dZ/da, model the joint
+law of the return and its action-gradient. They are trained with the squared MMD (multiquadric kernel) between N prediction
+points (Z, dZ/da) and 2N Sobolev Bellman targets (y, dy/da), y = r_k + gamma (1 - d) Z'_c(s'_k, a'_k) differentiated
+per sample through the cVAE world model, the target actor and the target critics; the top 25 % by return are dropped
+(TQC). `diff td3_huber.py dsdpg_mmd_sobolev.py` shows the critic, `diff dsdpg_mmd_sobolev.py dsdpg_msmmd_sobolev.py` the loss.
 
 Usage:
     python dsdpg_mmd_sobolev.py --env-id Walker2d-v4 --obs-noise mult
@@ -119,6 +115,8 @@ class Args:
     """estimator of the squared MMD"""
     truncation: float = 25.0
     """percent of the 2N target points with the largest returns dropped (TQC); the paper uses 5 on the point mass"""
+    sobolev: Literal["action", "complete"] = "action"
+    """bootstrap (Z, dZ/da), the paper's operator, or (Z, dZ/da, dZ/ds), its complete operator"""
 
     # World model (Dyna)
     wm_hidden_dim: int = 1024
@@ -521,21 +519,21 @@ def truncate_top(samples: torch.Tensor, p: float) -> torch.Tensor:
 def sobolev_targets(
     obs: torch.Tensor, actions: torch.Tensor, terminations: torch.Tensor, world_model: WorldModel,
     target_actor: Actor, target_critic: Critic, gamma: float, policy_noise: float, noise_clip: float, num_samples: int,
+    complete: bool = False,
 ) -> torch.Tensor:
-    """The 2N Sobolev Bellman target points (y_ck, dy_ck/da) of each pair, critic 1's N then critic 2's N, detached.
+    """The 2N Sobolev Bellman target points (y_ck, dy_ck/da) of each pair, critic 1's N then critic 2's N, detached
+    (complete: (y_ck, dy_ck/da, dy_ck/ds)): obs (B, S), actions (B, A), terminations (B,) -> (B, 2N, 1+A[+S]).
 
-    For k = 1..N: (s'_k, r_k) = g(s, a, eps_k) from the world model, a'_k = clip(pi'(s'_k) + clipped smoothing noise),
-    y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k, xi_ck), and dy_ck/da is the total derivative of that one sample through
-    r_k, s'_k, a'_k and Z'_c. obs (B, S), actions (B, A), terminations (B,) -> (B, 2N, 1+A). Each model sample gets its
-    own copy of the action and the two critics' gradients come from one backward pass batched over the critics, so no
-    gradient is summed over samples or mixed between critics. The smoothing noise is held fixed (a clipped action has
-    zero derivative). The noise is drawn in a fixed order whatever `actions` is: under one seed the function is
-    deterministic in `actions`.
+    (s'_k, r_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise), y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k).
+    Every sample has its own copy of the inputs and the critics' gradients come from one backward pass batched over the
+    critics, so no gradient is summed over samples or mixed between critics. The noise (smoothing noise held fixed) is
+    drawn in a fixed order whatever `actions` is: under one seed the function is deterministic in `actions`.
     """
     batch, n, act_dim, num_critics = obs.shape[0], num_samples, actions.shape[-1], target_critic.num_critics
     with torch.enable_grad():
         sample_actions = actions.detach()[:, None].expand(batch, n, act_dim).clone().requires_grad_()  # a leaf per sample
-        next_obs, rewards = world_model.sample(obs.repeat_interleave(n, 0), sample_actions.reshape(batch * n, act_dim), 1)
+        sample_obs = obs.detach()[:, None].expand(batch, n, obs.shape[-1]).clone().requires_grad_(complete)
+        next_obs, rewards = world_model.sample(sample_obs.flatten(0, 1), sample_actions.reshape(batch * n, act_dim), 1)
         next_obs, rewards = next_obs[:, 0], rewards.reshape(batch, n)  # (B*N, S), (B, N)
         next_actions = target_actor(next_obs)  # (B*N, A)
         smoothing = (torch.randn_like(next_actions) * policy_noise).clamp(-noise_clip, noise_clip)
@@ -545,21 +543,26 @@ def sobolev_targets(
         returns = rewards + gamma * (1.0 - terminations)[:, None] * next_z  # (E, B, N)
         # one backward pass per target critic, batched over the critics: cotangent e selects critic e's returns
         cotangents = torch.eye(num_critics, device=obs.device)[:, :, None, None].expand(-1, -1, batch, n)
-        grads = torch.autograd.grad(returns, sample_actions, cotangents, is_grads_batched=True)[0]  # (E, B, N, A)
-    targets = torch.cat([returns.detach().unsqueeze(-1), grads], -1)  # (E, B, N, 1+A)
-    return targets.transpose(0, 1).reshape(batch, num_critics * n, 1 + act_dim)
+        inputs = (sample_actions, sample_obs) if complete else (sample_actions,)
+        grads = torch.autograd.grad(returns, inputs, cotangents, is_grads_batched=True)  # (E, B, N, A) [, (E, B, N, S)]
+    targets = torch.cat([returns.detach().unsqueeze(-1), *grads], -1)  # (E, B, N, 1+A[+S])
+    return targets.transpose(0, 1).reshape(batch, num_critics * n, targets.shape[-1])
 
 
-def sobolev_samples(critic: Critic, obs: torch.Tensor, actions: torch.Tensor, num_samples: int) -> torch.Tensor:
-    """Prediction points (Z_e(s, a, xi_j), dZ_e/da(s, a, xi_j)), j = 1..N, of every online critic e, graph kept so the
-    loss trains each critic through its own action-gradient (double backprop): (B, S), (B, A) -> (E, B, N, 1+A)."""
+def sobolev_samples(
+    critic: Critic, obs: torch.Tensor, actions: torch.Tensor, num_samples: int, complete: bool = False
+) -> torch.Tensor:
+    """Prediction points (Z_e(s, a, xi_j), dZ_e/da(s, a, xi_j)[, dZ_e/ds]), j = 1..N, of every online critic e, graph
+    kept so the loss trains each critic through its own gradients (double backprop): (B, S), (B, A) -> (E, B, N, 1+A[+S])."""
     batch, n, act_dim, num_critics = obs.shape[0], num_samples, actions.shape[-1], critic.num_critics
     sample_actions = actions.detach()[None, :, None].expand(num_critics, batch, n, act_dim).clone().requires_grad_()
+    sample_obs = obs.detach()[None, :, None].expand(num_critics, batch, n, obs.shape[-1]).clone().requires_grad_(complete)
     noise = torch.randn(num_critics, batch * n, critic.noise_dim, device=obs.device)
-    z = critic(obs.repeat_interleave(n, 0), sample_actions.reshape(num_critics, batch * n, act_dim), noise)
+    z = critic(sample_obs.flatten(1, 2), sample_actions.reshape(num_critics, batch * n, act_dim), noise)
     z = z.reshape(num_critics, batch, n)  # (E, B, N)
-    dz_da = torch.autograd.grad(z.sum(), sample_actions, create_graph=True)[0]  # (E, B, N, A): one leaf per sample
-    return torch.cat([z.unsqueeze(-1), dz_da], -1)
+    inputs = (sample_actions, sample_obs) if complete else (sample_actions,)
+    grads = torch.autograd.grad(z.sum(), inputs, create_graph=True)  # (E, B, N, A) [, (E, B, N, S)]: a leaf per sample
+    return torch.cat([z.unsqueeze(-1), *grads], -1)
 
 
 def critic_loss(predictions: torch.Tensor, targets: torch.Tensor, h: float, estimator: str) -> torch.Tensor:
@@ -760,9 +763,10 @@ def main(args: Args) -> None:
                     data = rb.sample(args.batch_size)
                     targets = sobolev_targets(data.obs, data.actions, data.terminations, world_model, target_actor,
                                               target_critic, args.gamma, args.policy_noise, args.noise_clip,
-                                              args.num_samples)  # (B, 2N, 1+A)
-                    targets = truncate_top(targets, args.truncation)  # (B, K, 1+A)
-                    predictions = sobolev_samples(critic, data.obs, data.actions, args.num_samples)  # (2, B, N, 1+A)
+                                              args.num_samples, args.sobolev == "complete")  # (B, 2N, 1+A[+S])
+                    targets = truncate_top(targets, args.truncation)  # (B, K, 1+A[+S])
+                    predictions = sobolev_samples(critic, data.obs, data.actions, args.num_samples,
+                                                  args.sobolev == "complete")  # (2, B, N, 1+A[+S])
                     qf_loss = critic_loss(predictions, targets, args.kernel_bandwidth, args.mmd_estimator)
 
                     critic_optimizer.zero_grad()
@@ -796,8 +800,8 @@ def main(args: Args) -> None:
                 if global_step % 100 == 0:
                     writer.add_scalar("losses/qf1_values", predictions[0, ..., 0].mean().item(), global_step)
                     writer.add_scalar("losses/qf2_values", predictions[1, ..., 0].mean().item(), global_step)
-                    writer.add_scalar("losses/qf1_action_grad_norm", predictions[0, ..., 1:].norm(dim=-1).mean(), global_step)
-                    writer.add_scalar("losses/target_action_grad_norm", targets[..., 1:].norm(dim=-1).mean(), global_step)
+                    writer.add_scalar("losses/qf1_action_grad_norm", predictions[0, ..., 1:act_dim + 1].norm(dim=-1).mean(), global_step)
+                    writer.add_scalar("losses/target_action_grad_norm", targets[..., 1:act_dim + 1].norm(dim=-1).mean(), global_step)
                     for name, value in losses.items():
                         writer.add_scalar(f"losses/{name}", value.item(), global_step)
             if global_step % 100 == 0:

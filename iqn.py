@@ -512,11 +512,11 @@ def return_targets(
     obs: torch.Tensor, actions: torch.Tensor, terminations: torch.Tensor, world_model: WorldModel,
     target_actor: Actor, target_critic: Critic, gamma: float, policy_noise: float, noise_clip: float, num_samples: int,
 ) -> torch.Tensor:
-    """The 2N distributional Bellman target returns y_ck of each pair, critic 1's N then critic 2's N.
+    """The 2N distributional Bellman target returns y_ck of each pair, critic 1's N then critic 2's N:
+    obs (B, S), actions (B, A), terminations (B,) -> (B, 2N, 1).
 
-    For k = 1..N: (s'_k, r_k) = g(s, a, eps_k) from the world model, a'_k = clip(pi'(s'_k) + clipped smoothing noise),
-    y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k, tau'_ck), tau'_ck ~ U(0, 1). obs (B, S), actions (B, A),
-    terminations (B,) -> (B, 2N, 1).
+    (s'_k, r_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise), y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k).
+    The target critics' quantile levels tau'_ck ~ U(0, 1) are fresh draws.
     """
     batch, n, num_critics = obs.shape[0], num_samples, target_critic.num_critics
     with torch.no_grad():

@@ -1,9 +1,8 @@
 """MMD distributional critic: generator critics of the return alone, trained with MMD (the "MMD" baseline of DSDPG).
 
-dsdpg_mmd_sobolev.py without the action-gradients (`diff mmd_critic.py dsdpg_mmd_sobolev.py` is the Sobolev part):
-N predicted returns against 2N targets y = r_k + gamma (1 - d) Z'_c(s'_k, a'_k). `--metric msmmd` is the paper's
-"MSMMD" entry; on one-dimensional returns the only directions are +1 and -1, so it computes the MMD loss at the cost
-of the slicing search.
+dsdpg_mmd_sobolev.py without action-gradients (`diff mmd_critic.py dsdpg_mmd_sobolev.py` is the Sobolev part): N returns
+against 2N targets y = r_k + gamma (1 - d) Z'_c(s'_k, a'_k). `--metric msmmd` is the paper's "MSMMD" entry; on returns,
+one-dimensional, the only directions are +1 and -1, so it gives the MMD loss at the cost of the slicing search.
 
 Usage:
     python mmd_critic.py --env-id Walker2d-v4 --obs-noise mult
@@ -549,10 +548,10 @@ def return_targets(
     obs: torch.Tensor, actions: torch.Tensor, terminations: torch.Tensor, world_model: WorldModel,
     target_actor: Actor, target_critic: Critic, gamma: float, policy_noise: float, noise_clip: float, num_samples: int,
 ) -> torch.Tensor:
-    """The 2N distributional Bellman target returns y_ck of each pair, critic 1's N then critic 2's N.
+    """The 2N distributional Bellman target returns y_ck of each pair, critic 1's N then critic 2's N:
+    obs (B, S), actions (B, A), terminations (B,) -> (B, 2N, 1).
 
-    For k = 1..N: (s'_k, r_k) = g(s, a, eps_k) from the world model, a'_k = clip(pi'(s'_k) + clipped smoothing noise),
-    y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k, xi_ck). obs (B, S), actions (B, A), terminations (B,) -> (B, 2N, 1).
+    (s'_k, r_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise), y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k).
     """
     batch, n, num_critics = obs.shape[0], num_samples, target_critic.num_critics
     with torch.no_grad():
@@ -575,8 +574,7 @@ def return_samples(critic: Critic, obs: torch.Tensor, actions: torch.Tensor, num
     return z.reshape(num_critics, batch, n, 1)
 
 
-def critic_loss(predictions: torch.Tensor, targets: torch.Tensor, h: float, estimator: str,
-                slicing: tuple[int, float] | None) -> torch.Tensor:
+def critic_loss(predictions: torch.Tensor, targets: torch.Tensor, h: float, estimator: str, slicing: tuple | None) -> torch.Tensor:
     """MMD^2 (max-sliced with slicing = (steps, lr)) between each critic's prediction set and the shared target set,
     mean over the batch, summed over the critics: predictions (E, B, N, 1), targets (B, K, 1)."""
     if slicing is not None:

@@ -103,3 +103,75 @@ def test_the_monitor_is_logged_and_leaves_training_unchanged(tmp_path):
         else:
             assert "charts/contraction_gamma_kappa" not in scalars
     assert returns["20"] == returns["0"]  # the monitor draws from a forked RNG
+
+
+@pytest.fixture
+def float64():
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
+
+
+@pytest.mark.parametrize("name", ["dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"])
+def test_complete_sobolev_targets_match_finite_differences_in_action_and_state(name, float64):
+    module = importlib.import_module(name)
+    torch.manual_seed(5)
+    world_model = module.WorldModel(3, 2, hidden_dim=8)
+    world_model.update_normalisers(torch.randn(50, 3), torch.rand(50, 2) * 2 - 1, torch.randn(50, 1),
+                                   torch.randn(50, 3) * 2)
+    actor = module.Actor(3, 2, 8).requires_grad_(False)
+    critic = module.Critic(3, 2, 8, noise_dim=4).requires_grad_(False)
+    obs, actions, terminations = torch.randn(4, 3), torch.rand(4, 2) * 1.6 - 0.8, torch.tensor([0.0, 1.0, 0.0, 0.0])
+
+    def targets_at(s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        torch.manual_seed(77)
+        return module.sobolev_targets(s, a, terminations, world_model, actor, critic, 0.9, 0.2, 0.5, num_samples=3,
+                                      complete=True)
+
+    targets = targets_at(obs, actions)
+    assert targets.shape == (4, 6, 1 + 2 + 3)
+    torch.manual_seed(77)
+    action_only = module.sobolev_targets(obs, actions, terminations, world_model, actor, critic, 0.9, 0.2, 0.5, 3)
+    torch.testing.assert_close(targets[..., :3], action_only)  # the complete operator extends the action one
+    h = 1e-6
+    for j in range(3):  # state-gradient block against central differences of each sample's own return
+        step = torch.zeros(3)
+        step[j] = h
+        finite_difference = (targets_at(obs + step, actions)[..., 0] - targets_at(obs - step, actions)[..., 0]) / (2 * h)
+        torch.testing.assert_close(targets[..., 3 + j], finite_difference, rtol=1e-5, atol=1e-7)
+    for j in range(2):
+        step = torch.zeros(2)
+        step[j] = h
+        finite_difference = (targets_at(obs, actions + step)[..., 0] - targets_at(obs, actions - step)[..., 0]) / (2 * h)
+        torch.testing.assert_close(targets[..., 1 + j], finite_difference, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"])
+def test_complete_sobolev_samples_give_per_sample_state_gradients(name, float64):
+    module = importlib.import_module(name)
+    torch.manual_seed(6)
+    critic = module.Critic(3, 2, 8, noise_dim=4)
+    obs, actions = torch.randn(2, 3), torch.rand(2, 2)
+    torch.manual_seed(8)
+    predictions = module.sobolev_samples(critic, obs, actions, 4, complete=True)
+    assert predictions.shape == (2, 2, 4, 6)
+    torch.manual_seed(8)
+    noise = torch.randn(2, 2 * 4, 4).reshape(2, 2, 4, 4)
+    for e in range(2):
+        for b in range(2):
+            for k in range(4):
+                z = lambda s: critic(s[None], actions[b:b + 1], noise[:, b, k][:, None])[e, 0]  # noqa: E731
+                torch.testing.assert_close(predictions[e, b, k, 3:], torch.func.jacrev(z)(obs[b]))
+    predictions[..., 3:].pow(2).sum().backward()  # the state-gradient block trains the critic too
+    assert critic.fc1.weight.grad[:, :3].abs().sum() > 0
+
+
+@pytest.mark.parametrize("env_id", ["PointMass-v0", "Hopper-v4"])
+def test_complete_sobolev_runs_end_to_end(tmp_path, env_id):
+    result = run_script("dsdpg_msmmd_sobolev.py", "--env-id", env_id, "--sobolev", "complete", "--total-timesteps", "150",
+                        "--learning-starts", "100", "--hidden-dim", "16", "--wm-hidden-dim", "16", "--batch-size", "16",
+                        "--updates-per-step", "1", "--eval-frequency", "150", "--eval-episodes", "1", "--num-samples", "3",
+                        "--slice-steps", "2", "--truncation", "0", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    scalars = read_scalars(only_run_dir(tmp_path))
+    assert scalars["losses/qf_loss"] and scalars["losses/slice_gain"]
