@@ -119,8 +119,10 @@ class Args:
     """Adam learning rate of the slicing search (with --metric msmmd)"""
 
     # World model (Dyna)
-    wm_hidden_dim: int = 1024
-    """width of the three hidden layers of the cVAE's prior, encoder and decoder"""
+    world_model: Literal["cvae", "flow"] = "cvae"
+    """the world model: the paper's cVAE, or a conditional RealNVP flow (the paper's world-model ablation)"""
+    wm_hidden_dim: int | None = None
+    """width of the world model's hidden layers (default: the paper's, 1024 for the cVAE, 512 for the flow)"""
     wm_learning_rate: float = 1e-4
     """RAdam learning rate of the world model (weight decay 1e-4)"""
     wm_updates_per_step: int = 1
@@ -155,7 +157,7 @@ def check_args(args: Args) -> None:
         (args.wm_updates_per_step >= 0, "--wm-updates-per-step must be >= 0"),
         (args.policy_frequency >= 1, "--policy-frequency must be >= 1"),
         (min(args.exploration_noise, args.policy_noise, args.noise_clip) >= 0, "noise scales must be >= 0"),
-        (args.hidden_dim >= 1 and args.wm_hidden_dim >= 1, "hidden dims must be >= 1"),
+        (args.hidden_dim >= 1 and (args.wm_hidden_dim or 1) >= 1, "hidden dims must be >= 1"),
         (args.num_samples >= 2 and args.num_samples_policy >= 1, "--num-samples must be >= 2, --num-samples-policy >= 1"),
         (args.noise_dim >= 1, "--noise-dim must be >= 1"),
         (args.kernel_bandwidth > 0, "--kernel-bandwidth must be > 0"),
@@ -441,6 +443,174 @@ class WorldModel(nn.Module):
         return next_obs, rewards
 
 
+class InvertibleLinear(nn.Module):
+    """Glow's invertible 1x1 convolution on R^D, LU-parameterised: y = W x with W = P L (U + diag(sign_s exp(log_s))).
+
+    P is a fixed permutation, L unit lower-triangular, U strictly upper-triangular, so log|det W| = sum(log_s).
+    Initialised at the QR factor of a Gaussian matrix (a random orthogonal W, drawn from torch's global RNG).
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        q = torch.linalg.qr(torch.randn(dim, dim)).Q
+        perm, lower, upper = torch.linalg.lu(q)
+        diagonal = upper.diagonal()
+        self.register_buffer("perm", perm)
+        self.register_buffer("sign_s", diagonal.sign())
+        self.register_buffer("lower_mask", torch.ones(dim, dim).tril(-1))
+        self.register_buffer("eye", torch.eye(dim))
+        self.lower = nn.Parameter(lower)
+        self.upper = nn.Parameter(upper.triu(1))
+        self.log_s = nn.Parameter(diagonal.abs().log())
+
+    def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """L (unit lower-triangular) and U + diag(sign_s exp(log_s)) (upper-triangular), each (D, D)."""
+        lower = self.lower * self.lower_mask + self.eye
+        upper = self.upper * self.lower_mask.T + torch.diag(self.sign_s * self.log_s.exp())
+        return lower, upper
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (..., D) -> (W x (..., D), log|det W| (...))."""
+        lower, upper = self.factors()
+        weight = self.perm @ lower @ upper  # (D, D)
+        return x @ weight.T, self.log_s.sum().expand(x.shape[:-1])
+
+    def inverse(self, y: torch.Tensor) -> torch.Tensor:
+        """y (..., D) -> W^-1 y (..., D), W^-1 = upper^-1 L^-1 P^T by two triangular solves."""
+        lower, upper = self.factors()
+        lower_inv = torch.linalg.solve_triangular(lower, self.eye, upper=False, unitriangular=True)
+        weight_inv = torch.linalg.solve_triangular(upper, lower_inv @ self.perm.T, upper=True)  # (D, D)
+        return y @ weight_inv.T
+
+
+class AffineCoupling(nn.Module):
+    """RealNVP affine coupling conditioned on c: the kept part of x passes unchanged, the other part becomes
+    x_change * exp(log_scale) + shift, with (log_scale, shift) = MLP(x_keep, c).
+
+    x is split into its first D // 2 and last D - D // 2 coordinates; `flip` keeps the last ones instead of the first.
+    The MLP has two SiLU hidden layers, each followed by LayerNorm; its output layer starts at zero, so the coupling
+    starts as the identity. The log-scale is soft-clipped to (-scale_bound, scale_bound) by a scaled tanh.
+    """
+
+    def __init__(self, dim: int, cond_dim: int, hidden_dim: int, flip: bool, scale_bound: float):
+        super().__init__()
+        self.sizes = [dim // 2, dim - dim // 2]
+        self.flip = flip
+        self.scale_bound = scale_bound
+        keep_dim, change_dim = self.sizes[::-1] if flip else self.sizes
+        self.net = nn.Sequential(
+            nn.Linear(keep_dim + cond_dim, hidden_dim), nn.SiLU(), nn.LayerNorm(hidden_dim),
+            nn.Linear(hidden_dim, hidden_dim), nn.SiLU(), nn.LayerNorm(hidden_dim),
+            nn.Linear(hidden_dim, 2 * change_dim),
+        )
+        nn.init.zeros_(self.net[-1].weight)
+        nn.init.zeros_(self.net[-1].bias)
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (..., D) -> (kept part, changed part)."""
+        first, last = x.split(self.sizes, -1)
+        return (last, first) if self.flip else (first, last)
+
+    def join(self, keep: torch.Tensor, change: torch.Tensor) -> torch.Tensor:
+        return torch.cat([change, keep] if self.flip else [keep, change], -1)
+
+    def scale_shift(self, keep: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raw_log_scale, shift = self.net(torch.cat([keep, cond], -1)).chunk(2, -1)
+        return self.scale_bound * torch.tanh(raw_log_scale / self.scale_bound), shift
+
+    def forward(self, x: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (..., D), cond (..., C) -> (y (..., D), log|det dy/dx| (...))."""
+        keep, change = self.split(x)
+        log_scale, shift = self.scale_shift(keep, cond)
+        return self.join(keep, change * log_scale.exp() + shift), log_scale.sum(-1)
+
+    def inverse(self, y: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """y (..., D), cond (..., C) -> x (..., D)."""
+        keep, change = self.split(y)
+        log_scale, shift = self.scale_shift(keep, cond)
+        return self.join(keep, (change - shift) * (-log_scale).exp())
+
+
+class FlowWorldModel(nn.Module):
+    """Conditional RealNVP flow of x = (ds, r) = (s' - s, r) given c = (s, a), in normalised coordinates.
+
+    The map x -> z is `num_couplings` steps of [InvertibleLinear, AffineCoupling], the couplings alternately keeping
+    the first D // 2 and the last D - D // 2 coordinates of their input (D = |S| + 1 >= 2), with base N(0, I);
+    log p(x | c) = log N(f(x; c); 0, I) + log|det df/dx|, and the loss is its negative batch mean. Samples are
+    x = f^-1(z; c), z ~ N(0, I), so (s', r) is differentiable w.r.t. (s, a) through c. The interface is the cVAE's.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden_dim: int, num_couplings: int = 4, scale_bound: float = 2.0):
+        super().__init__()
+        self.latent_dim = self.dim = obs_dim + 1
+        self.obs_normaliser = RunningNormaliser(obs_dim)
+        self.action_normaliser = RunningNormaliser(act_dim)
+        self.delta_normaliser = RunningNormaliser(obs_dim)
+        self.reward_normaliser = RunningNormaliser(1)
+        cond_dim = obs_dim + act_dim
+        self.mixes = nn.ModuleList([InvertibleLinear(self.dim) for _ in range(num_couplings)])
+        self.couplings = nn.ModuleList(
+            [AffineCoupling(self.dim, cond_dim, hidden_dim, k % 2 == 1, scale_bound) for k in range(num_couplings)]
+        )
+
+    def update_normalisers(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> None:
+        self.obs_normaliser.update(obs)
+        self.action_normaliser.update(actions)
+        self.delta_normaliser.update(next_obs - obs)
+        self.reward_normaliser.update(rewards)
+
+    def condition(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.obs_normaliser.normalise(obs), self.action_normaliser.normalise(actions)], -1)
+
+    def forward_transform(self, x: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (..., D), cond (..., C) -> (z (..., D), log|det dz/dx| (...))."""
+        log_det = torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)
+        for mix, coupling in zip(self.mixes, self.couplings):
+            x, mix_log_det = mix(x)
+            x, coupling_log_det = coupling(x, cond)
+            log_det = log_det + mix_log_det + coupling_log_det
+        return x, log_det
+
+    def inverse_transform(self, z: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """z (..., D), cond (..., C) -> x (..., D)."""
+        for mix, coupling in zip(reversed(self.mixes), reversed(self.couplings)):
+            z = mix.inverse(coupling.inverse(z, cond))
+        return z
+
+    def log_prob(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """log p(x | c) of normalised x (..., D) given normalised cond (..., C) -> (...)."""
+        z, log_det = self.forward_transform(x, cond)
+        return -0.5 * (z.pow(2).sum(-1) + self.dim * math.log(2 * math.pi)) + log_det
+
+    def loss(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+        """Negative mean log-likelihood of normalised (ds, r): obs (B, S), actions (B, A), rewards (B,), next_obs (B, S)."""
+        cond = self.condition(obs, actions)  # (B, S+A)
+        target = torch.cat(
+            [self.delta_normaliser.normalise(next_obs - obs), self.reward_normaliser.normalise(rewards[:, None])], -1
+        )  # (B, S+1)
+        return -self.log_prob(target, cond).mean()
+
+    def sample(
+        self, obs: torch.Tensor, actions: torch.Tensor, n: int, noise: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """n samples per pair: obs (B, S), actions (B, A) -> next_obs (B, n, S), rewards (B, n); differentiable.
+        `noise` (B, n, D), the base draws z ~ N(0, I) behind the samples, is drawn here unless given."""
+        cond = self.condition(obs, actions)[:, None].expand(-1, n, -1)  # (B, n, S+A)
+        if noise is None:
+            noise = torch.randn(obs.shape[0], n, self.dim, device=obs.device)
+        out = self.inverse_transform(noise, cond)  # (B, n, S+1)
+        next_obs = obs[:, None] + self.delta_normaliser.denormalise(out[..., :-1])
+        rewards = self.reward_normaliser.denormalise(out[..., -1:]).squeeze(-1)
+        return next_obs, rewards
+
+
+def make_world_model(kind: str, obs_dim: int, act_dim: int, hidden_dim: int | None) -> WorldModel | FlowWorldModel:
+    """The world model of --world-model, at the paper's width (cVAE 1024, flow 512) unless --wm-hidden-dim is given."""
+    if kind == "flow":
+        return FlowWorldModel(obs_dim, act_dim, hidden_dim or 512)
+    return WorldModel(obs_dim, act_dim, hidden_dim or 1024)
+
+
 # REPLAY BUFFER
 class ReplayBatch(NamedTuple):
     obs: torch.Tensor  # (B, S)
@@ -545,7 +715,7 @@ def truncate_top(samples: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def return_targets(
-    obs: torch.Tensor, actions: torch.Tensor, terminations: torch.Tensor, world_model: WorldModel,
+    obs: torch.Tensor, actions: torch.Tensor, terminations: torch.Tensor, world_model: WorldModel | FlowWorldModel,
     target_actor: Actor, target_critic: Critic, gamma: float, policy_noise: float, noise_clip: float, num_samples: int,
 ) -> torch.Tensor:
     """The 2N distributional Bellman target returns y_ck of each pair, critic 1's N then critic 2's N:
@@ -575,15 +745,15 @@ def return_samples(critic: Critic, obs: torch.Tensor, actions: torch.Tensor, num
 
 
 def critic_loss(predictions: torch.Tensor, targets: torch.Tensor, h: float, estimator: str, slicing: tuple | None) -> torch.Tensor:
-    """MMD^2 (max-sliced with slicing = (steps, lr)) between each critic's prediction set and the shared target set,
-    mean over the batch, summed over the critics: predictions (E, B, N, 1), targets (B, K, 1)."""
+    """MMD^2 (max-sliced if slicing = (steps, lr)) of each critic (E, B, N, 1) to the targets (B, K, 1): batch mean, critic sum."""
     if slicing is not None:
         return max_sliced_mmd2(predictions, targets, h, *slicing, estimator).mean(1).sum()
     return mmd2(predictions, targets, h, estimator).mean(1).sum()
 
 
 def contraction_factor(
-    obs: torch.Tensor, actions: torch.Tensor, world_model: WorldModel, target_actor: Actor, gamma: float
+    obs: torch.Tensor, actions: torch.Tensor, world_model: WorldModel | FlowWorldModel, target_actor: Actor,
+    gamma: float,
 ) -> torch.Tensor:
     """gamma |(df/da)^T (dpi'/ds')^T|_2 per pair: how much one Sobolev backup can stretch action-gradients, the paper's
     gamma kappa (contraction needs gamma kappa < 1). df/da follows one world-model sample path s' = f(s, a, eps) and
@@ -678,7 +848,7 @@ def main(args: Args) -> None:
     target_critic = copy.deepcopy(critic).requires_grad_(False)
     actor_optimizer = torch.optim.RAdam(actor.parameters(), lr=args.learning_rate)
     critic_optimizer = torch.optim.RAdam(critic.parameters(), lr=args.learning_rate)
-    world_model = WorldModel(obs_dim, act_dim, args.wm_hidden_dim).to(device)
+    world_model = make_world_model(args.world_model, obs_dim, act_dim, args.wm_hidden_dim).to(device)
     wm_optimizer = torch.optim.RAdam(world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4)
     rb = ReplayBuffer(obs_dim, act_dim, args.buffer_size, device)
     slicing = (args.slice_steps, args.slice_lr) if args.metric == "msmmd" else None

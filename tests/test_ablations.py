@@ -1,4 +1,5 @@
-"""Tests of the paper's ablations and theory as flags: the contraction monitor, single-critic targets (--no-double-q)."""
+"""Tests of the paper's ablations and theory as flags: the contraction monitor, single-critic targets (--no-double-q),
+no truncation, and the complete Sobolev operator (the flow world model has tests of its own)."""
 
 import importlib
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 import td3_huber
-from helpers import only_run_dir, read_scalars, run_script
+from helpers import only_run_dir, read_scalars, read_summary, run_script
 
 SCRIPTS_WITH_WORLD_MODEL = ["td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mmd_sobolev",
                             "dsdpg_msmmd_sobolev"]
@@ -175,3 +176,19 @@ def test_complete_sobolev_runs_end_to_end(tmp_path, env_id):
     assert result.returncode == 0, result.stderr
     scalars = read_scalars(only_run_dir(tmp_path))
     assert scalars["losses/qf_loss"] and scalars["losses/slice_gain"]
+
+
+@pytest.mark.parametrize("script, flags", [("dsdpg_mmd_sobolev.py", ["--truncation", "0", "--num-samples", "3"]),
+                                           ("iqn.py", ["--truncation", "0", "--num-samples", "3"]),
+                                           ("mage_huber_sobolev.py", ["--no-double-q"]),
+                                           ("td3_huber.py", ["--no-double-q"])])
+@pytest.mark.parametrize("env_id", ["PointMass-v0", "Hopper-v4"])
+def test_overestimation_ablations_run_end_to_end(tmp_path, script, flags, env_id):
+    result = run_script(script, *flags, "--env-id", env_id, "--total-timesteps", "150", "--learning-starts", "100",
+                        "--hidden-dim", "16", "--wm-hidden-dim", "16", "--batch-size", "16", "--updates-per-step", "1",
+                        "--eval-frequency", "150", "--eval-episodes", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    assert read_scalars(run_dir)["losses/qf_loss"]
+    run_args = read_summary(run_dir)["args"]
+    assert run_args["truncation"] == 0.0 if "--truncation" in flags else run_args["double_q"] is False
