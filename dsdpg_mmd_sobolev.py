@@ -841,7 +841,7 @@ def main(args: Args) -> None:
     wm_optimizer = torch.optim.RAdam(world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4)
     rb = ReplayBuffer(obs_dim, act_dim, args.buffer_size, device)
 
-    start_step, num_critic_updates = 0, 0
+    start_step, num_critic_updates, previous_wall_time = 0, 0, 0.0
     eval_steps: list[int] = []
     eval_returns: list[float] = []
     obs, _ = env.reset(seed=args.seed)
@@ -857,6 +857,7 @@ def main(args: Args) -> None:
         rb.load_state_dict(checkpoint["replay_buffer"])
         start_step, num_critic_updates = checkpoint["global_step"], checkpoint["num_critic_updates"]
         eval_steps, eval_returns = checkpoint["eval_steps"], checkpoint["eval_returns"]
+        previous_wall_time = checkpoint["wall_time_s"]
         torch.set_rng_state(checkpoint["torch_rng"])
         if device.type == "cuda" and checkpoint["cuda_rng"] is not None:
             torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
@@ -873,6 +874,7 @@ def main(args: Args) -> None:
             "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
             "world_model": world_model.state_dict(), "wm_optimizer": wm_optimizer.state_dict(),
             "replay_buffer": rb.state_dict(), "eval_steps": eval_steps, "eval_returns": eval_returns,
+            "wall_time_s": previous_wall_time + time.time() - start_time,
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
             "env_rng": env.unwrapped.np_random.bit_generator.state,
@@ -1016,7 +1018,7 @@ def main(args: Args) -> None:
         "eval_steps": eval_steps,
         "eval_returns": eval_returns,
         "nauc": float(np.mean(eval_returns)),
-        "wall_time_s": time.time() - start_time,
+        "wall_time_s": previous_wall_time + time.time() - start_time,
         "args": asdict(args),
     }
     with open(os.path.join(run_dir, "summary.json"), "w") as f:

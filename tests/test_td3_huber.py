@@ -286,6 +286,8 @@ def test_resume_continues_exactly_as_an_uninterrupted_run(tmp_path, monkeypatch)
     assert resumed["env_rng"] == uninterrupted["env_rng"]
     torch.testing.assert_close(resumed["replay_buffer"]["obs"], uninterrupted["replay_buffer"]["obs"])
     assert read_summary(resumed_dir)["eval_steps"] == [250, 500]
+    kept = torch.load(tmp_path / f"kept_{first_periodic}.pt", weights_only=True)
+    assert read_summary(resumed_dir)["wall_time_s"] > kept["wall_time_s"] > 0  # time before the stop is counted
 
 
 @pytest.mark.parametrize(

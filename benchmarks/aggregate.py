@@ -1,0 +1,311 @@
+"""Aggregate finished runs like the paper: medians over seeds with bootstrapped 95% CIs, bar charts and learning curves.
+
+Every `summary.json` under RUNS_DIR (searched recursively: a `run_grid.py` grid dir, a `runs/` dir, several of
+them under one parent) is one run. Runs are grouped by (script, env, noise setting); the seeds are the samples.
+
+Usage:
+    python benchmarks/aggregate.py runs_grid/pointmass --out results/pointmass
+    python benchmarks/aggregate.py runs --bootstrap-samples 20000 --seed 1
+
+Writes to --out (default RUNS_DIR/aggregate):
+    runs.csv          one row per run: script, env, noise, seed, final_eval_return, nauc, wall_time_s, run_dir
+    table.csv         per (script, env, noise): n_seeds, median final return and nAUC with 95% CI bounds, median
+                      wall time
+    table.md          the same as a Markdown table, "median [lo, hi]"
+    final_return.png  one panel per (env, noise): a bar per script at the median final return, the 95% CI as error
+    nauc.png          bar and every seed as a dot; the same for nAUC
+    curves.png        one panel per (env, noise): median eval return against env steps per script, 25-75% band
+
+Choices:
+    * script = `args.exp_name` of the run (the script's name unless the run set --exp-name), env = `args.env_id`,
+      noise = "none", "mult" (observation noise; "mult0.3" when --obs-noise-scale is not the default 0.2), "gauss"
+      (dynamics noise; "gauss0.05" with an explicit --dyn-noise-std), or "mult+gauss".
+    * final return = `final_eval_return`, nAUC = `nauc` of summary.json: the mean eval return over the run's eval
+      points (the normalised area under the learning curve for evenly spaced evaluations), recomputed from
+      `eval_returns` for a summary without it.
+    * CI: percentile bootstrap of the median, resampling the seeds with replacement `--bootstrap-samples` times. Each
+      (group, metric) draws from a fresh `numpy.random.default_rng(--seed)`, so a group's CI does not depend on what
+      other runs are in RUNS_DIR. One seed gives the CI [v, v].
+    * Curves: the seeds of a group are aligned on the eval steps they all have, then the median and the 25th and
+      75th percentiles are taken per step.
+    * Runs without summary.json (unfinished) are counted and left out; a group whose runs differ in settings other
+      than the seed (e.g. --total-timesteps), or that repeats a seed, is aggregated with a warning on stderr.
+"""
+
+import csv
+import json
+import os
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Annotated
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import tyro
+
+SCRIPT_ORDER = ("td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev")
+NOISE_ORDER = ("none", "mult", "gauss", "mult+gauss")
+DEFAULT_OBS_NOISE_SCALE = 0.2
+IGNORED_SETTINGS = ("seed", "resume", "cuda")
+"""Args that may differ between the seeds of one group"""
+
+
+@dataclass
+class Args:
+    runs_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUNS_DIR")]
+    """directory searched recursively for the runs' summary.json"""
+    out: str | None = None
+    """output directory (default: RUNS_DIR/aggregate)"""
+    bootstrap_samples: int = 10_000
+    """bootstrap resamples of the seeds per confidence interval"""
+    seed: int = 0
+    """seed of the bootstrap's random generator"""
+
+
+def fail(message: str) -> None:
+    """One line on stderr, exit status 1, no traceback."""
+    raise SystemExit(f"aggregate.py: error: {message}")
+
+
+def warn(message: str) -> None:
+    print(f"aggregate.py: warning: {message}", file=sys.stderr)
+
+
+def noise_label(args: dict) -> str:
+    """The noise setting of a run's args: none, mult, mult0.3, gauss, gauss0.05, mult+gauss, ..."""
+    parts = []
+    if args.get("obs_noise", "none") != "none":
+        scale = args.get("obs_noise_scale", DEFAULT_OBS_NOISE_SCALE)
+        parts.append(args["obs_noise"] + ("" if scale == DEFAULT_OBS_NOISE_SCALE else f"{scale:g}"))
+    if args.get("dyn_noise", "none") != "none":
+        std = args.get("dyn_noise_std")
+        parts.append(args["dyn_noise"] + ("" if std is None else f"{std:g}"))
+    return "+".join(parts) or "none"
+
+
+def nauc(eval_returns: list[float]) -> float:
+    """Normalised area under the learning curve: the mean eval return over the eval points."""
+    return float(np.mean(eval_returns))
+
+
+def load_runs(runs_dir: str) -> list[dict]:
+    """One dict per summary.json under runs_dir: script, env, noise, seed, the metrics, the curve, run_dir, args."""
+    runs, unfinished = [], 0
+    for root, dirs, files in os.walk(runs_dir):
+        dirs.sort()
+        if "summary.json" not in files:
+            unfinished += any(f == "checkpoint.pt" or f.startswith("events.out.tfevents") for f in files)
+            continue
+        path = os.path.join(root, "summary.json")
+        try:
+            with open(path) as f:
+                summary = json.load(f)
+            args = summary["args"]
+            runs.append({
+                "script": args["exp_name"], "env": args["env_id"], "noise": noise_label(args), "seed": args["seed"],
+                "final_eval_return": float(summary["final_eval_return"]),
+                "nauc": float(summary["nauc"]) if "nauc" in summary else nauc(summary["eval_returns"]),
+                "wall_time_s": float(summary.get("wall_time_s", float("nan"))),
+                "eval_steps": [int(s) for s in summary["eval_steps"]],
+                "eval_returns": [float(r) for r in summary["eval_returns"]],
+                "run_dir": root, "args": args,
+            })
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            warn(f"skipping {path}: not a run summary ({type(error).__name__}: {error})")
+    if unfinished:
+        warn(f"{unfinished} unfinished run(s) without summary.json left out")
+    return runs
+
+
+def rank(order: tuple[str, ...], name: str) -> tuple[int, str]:
+    """Names of `order` in that order, then the others alphabetically."""
+    return (order.index(name), "") if name in order else (len(order), name)
+
+
+def sort_key(key: tuple[str, str, str]) -> tuple:
+    """(script, env, noise) in table order: env, then noise (paper order first), then script (paper order first)."""
+    script, env, noise = key
+    return env, rank(NOISE_ORDER, noise), rank(SCRIPT_ORDER, script)
+
+
+def group_runs(runs: list[dict]) -> dict[tuple[str, str, str], list[dict]]:
+    """{(script, env, noise): runs sorted by seed}, in table order; warns about mixed settings and repeated seeds."""
+    groups = defaultdict(list)
+    for run in runs:
+        groups[(run["script"], run["env"], run["noise"])].append(run)
+    for key, members in groups.items():
+        members.sort(key=lambda run: (run["seed"], run["run_dir"]))
+        seeds = [run["seed"] for run in members]
+        if len(set(seeds)) < len(seeds):
+            warn(f"{'/'.join(key)}: seed(s) {sorted({s for s in seeds if seeds.count(s) > 1})} appear more than once")
+        names = set().union(*(run["args"] for run in members)) - set(IGNORED_SETTINGS)
+        mixed = sorted(n for n in names if len({json.dumps(run["args"].get(n)) for run in members}) > 1)
+        if mixed:
+            warn(f"{'/'.join(key)}: the runs differ in {', '.join(mixed)}")
+    return dict(sorted(groups.items(), key=lambda item: sort_key(item[0])))
+
+
+def bootstrap_median_ci(values, n_boot: int, rng: np.random.Generator, confidence: float = 0.95
+                        ) -> tuple[float, float, float]:
+    """(median, lo, hi): the median of values and the percentile-bootstrap CI of the median."""
+    values = np.asarray(values, dtype=float)
+    medians = np.median(values[rng.integers(0, len(values), size=(n_boot, len(values)))], axis=1)
+    lo, hi = np.percentile(medians, [50 * (1 - confidence), 50 * (1 + confidence)])
+    return float(np.median(values)), float(lo), float(hi)
+
+
+def summarise(groups: dict, n_boot: int, seed: int) -> list[dict]:
+    """One table row per group: n_seeds, median and 95% CI of final return and nAUC, median wall time."""
+    rows = []
+    for (script, env, noise), members in groups.items():
+        row = {"script": script, "env": env, "noise": noise, "n_seeds": len(members)}
+        for metric in ("final_eval_return", "nauc"):
+            values = [run[metric] for run in members]
+            median, lo, hi = bootstrap_median_ci(values, n_boot, np.random.default_rng(seed))
+            row.update({f"{metric}_median": median, f"{metric}_ci_lo": lo, f"{metric}_ci_hi": hi})
+        row["wall_time_s_median"] = float(np.median([run["wall_time_s"] for run in members]))
+        rows.append(row)
+    return rows
+
+
+def align_curves(members: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, returns[seed, step]) on the eval steps every run of the group has."""
+    common = sorted(set.intersection(*(set(run["eval_steps"]) for run in members)))
+    curves = [dict(zip(run["eval_steps"], run["eval_returns"])) for run in members]
+    return np.array(common, dtype=int), np.array([[curve[s] for s in common] for curve in curves]).reshape(
+        len(members), len(common))
+
+
+def write_csv(path: str, rows: list[dict], columns: list[str]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def duration(seconds: float) -> str:
+    if not np.isfinite(seconds):
+        return "n/a"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def write_markdown(path: str, rows: list[dict], n_boot: int) -> None:
+    def cell(row: dict, m: str) -> str:
+        return f"{row[m + '_median']:.2f} [{row[m + '_ci_lo']:.2f}, {row[m + '_ci_hi']:.2f}]"
+
+    lines = [f"Median over seeds [95% percentile-bootstrap CI, {n_boot} resamples].", "",
+             "| env | noise | script | seeds | final return | nAUC | wall time |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['env']} | {row['noise']} | {row['script']} | {row['n_seeds']} | "
+                     f"{cell(row, 'final_eval_return')} | {cell(row, 'nauc')} | "
+                     f"{duration(row['wall_time_s_median'])} |")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def panels(groups: dict) -> tuple[list[str], list[str], list[str]]:
+    """The envs (panel rows), noise settings (panel columns) and scripts (colours) present, in table order."""
+    keys = list(groups)
+    scripts = sorted({key[0] for key in keys}, key=lambda script: rank(SCRIPT_ORDER, script))
+    noises = sorted({key[2] for key in keys}, key=lambda noise: rank(NOISE_ORDER, noise))
+    return sorted({key[1] for key in keys}), noises, scripts
+
+
+def figure(envs: list[str], noises: list[str]):
+    fig, axes = plt.subplots(len(envs), len(noises), figsize=(1 + 3.6 * len(noises), 1.2 + 2.8 * len(envs)),
+                             squeeze=False, constrained_layout=True)
+    for i, env in enumerate(envs):
+        for j, noise in enumerate(noises):
+            axes[i, j].set_title(f"{env}, noise {noise}", fontsize=9)
+    return fig, axes
+
+
+def colour(scripts: list[str], script: str):
+    return plt.get_cmap("tab10")(scripts.index(script) % 10)
+
+
+def plot_bars(path: str, groups: dict, rows: list[dict], metric: str, label: str) -> None:
+    """Bars at the medians, 95% CIs as error bars, every seed as a dot; one panel per (env, noise)."""
+    envs, noises, scripts = panels(groups)
+    fig, axes = figure(envs, noises)
+    by_key = {(row["script"], row["env"], row["noise"]): row for row in rows}
+    jitter = np.random.default_rng(0)
+    for i, env in enumerate(envs):
+        for j, noise in enumerate(noises):
+            ax = axes[i, j]
+            for x, script in enumerate(scripts):
+                row = by_key.get((script, env, noise))
+                if row is None:
+                    continue
+                median = row[f"{metric}_median"]
+                error = [[median - row[f"{metric}_ci_lo"]], [row[f"{metric}_ci_hi"] - median]]
+                ax.bar(x, median, color=colour(scripts, script), alpha=0.75, yerr=error, capsize=4)
+                values = [run[metric] for run in groups[(script, env, noise)]]
+                ax.plot(x + jitter.uniform(-0.2, 0.2, len(values)), values, "k.", markersize=3)
+            ax.set_xticks(range(len(scripts)), scripts, rotation=35, ha="right", fontsize=7)
+            ax.set_ylabel(label, fontsize=8)
+            ax.tick_params(axis="y", labelsize=7)
+    fig.suptitle(f"{label}: median over seeds, 95% bootstrap CI, dots = seeds")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_curves(path: str, groups: dict) -> None:
+    """Median eval return against env steps with a 25-75% band per script; one panel per (env, noise)."""
+    envs, noises, scripts = panels(groups)
+    fig, axes = figure(envs, noises)
+    for (script, env, noise), members in groups.items():
+        ax = axes[envs.index(env), noises.index(noise)]
+        steps, returns = align_curves(members)
+        if len(steps) == 0:
+            warn(f"{script}/{env}/{noise}: the seeds share no eval step; no curve")
+            continue
+        q25, median, q75 = np.percentile(returns, [25, 50, 75], axis=0)
+        ax.plot(steps, median, color=colour(scripts, script), label=f"{script} ({len(members)})",
+                marker="." if len(steps) <= 12 else None)
+        ax.fill_between(steps, q25, q75, color=colour(scripts, script), alpha=0.2)
+    for ax in axes.flat:
+        ax.set_xlabel("env steps", fontsize=8)
+        ax.set_ylabel("eval return", fontsize=8)
+        ax.tick_params(labelsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.suptitle("Eval return: median over seeds (number of seeds), 25-75% band")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(args: Args) -> None:
+    if not os.path.isdir(args.runs_dir):
+        fail(f"RUNS_DIR {args.runs_dir!r} is not a directory")
+    if args.bootstrap_samples < 1:
+        fail("--bootstrap-samples must be >= 1")
+    runs = load_runs(args.runs_dir)
+    if not runs:
+        fail(f"no summary.json under {args.runs_dir!r}")
+    out = args.out if args.out is not None else os.path.join(args.runs_dir, "aggregate")
+    os.makedirs(out, exist_ok=True)
+    groups = group_runs(runs)
+    rows = summarise(groups, args.bootstrap_samples, args.seed)
+    ordered_runs = [run for members in groups.values() for run in members]
+    write_csv(os.path.join(out, "runs.csv"), ordered_runs,
+              ["script", "env", "noise", "seed", "final_eval_return", "nauc", "wall_time_s", "run_dir"])
+    write_csv(os.path.join(out, "table.csv"), rows, list(rows[0]))
+    write_markdown(os.path.join(out, "table.md"), rows, args.bootstrap_samples)
+    plot_bars(os.path.join(out, "final_return.png"), groups, rows, "final_eval_return", "final eval return")
+    plot_bars(os.path.join(out, "nauc.png"), groups, rows, "nauc", "nAUC")
+    plot_curves(os.path.join(out, "curves.png"), groups)
+    print(f"{len(runs)} runs in {len(groups)} groups; wrote runs.csv, table.csv, table.md, final_return.png, nauc.png, "
+          f"curves.png to {out}")
+    with open(os.path.join(out, "table.md")) as f:
+        print(f.read(), end="")
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

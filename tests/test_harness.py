@@ -1,0 +1,208 @@
+"""The experiment harness: benchmarks/aggregate.py on hand-written run folders, benchmarks/run_grid.py on tiny real runs
+(locally and through submitit's LocalExecutor): resuming, skipping, failures, the log."""
+
+import csv
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import ROOT
+
+TINY = ("--total-timesteps 60 --learning-starts 40 --hidden-dim 8 --wm-hidden-dim 8 --batch-size 16 "
+        "--updates-per-step 1 --eval-frequency 30 --eval-episodes 1")
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+aggregate = load("aggregate")
+
+
+def run_tool(tool: str, *flags: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / tool), *flags], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def write_summary(run_dir: Path, script: str, env: str, seed: int, steps: list[int], returns: list[float],
+                  with_nauc: bool = True, **noise) -> None:
+    run_dir.mkdir(parents=True)
+    args = {"exp_name": script, "env_id": env, "seed": seed, "obs_noise": "none", "obs_noise_scale": 0.2,
+            "dyn_noise": "none", "dyn_noise_std": None, "total_timesteps": steps[-1], **noise}
+    summary = {"final_eval_return": returns[-1], "eval_steps": steps, "eval_returns": returns,
+               "wall_time_s": 10.0 * seed, "args": args}
+    if with_nauc:
+        summary["nauc"] = float(np.mean(returns))
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+
+
+def reference_ci(values, n_boot: int, seed: int) -> tuple[float, float]:
+    """Percentile bootstrap of the median, written independently of aggregate.py."""
+    rng = np.random.default_rng(seed)
+    values = np.asarray(values, dtype=float)
+    medians = [np.median(values[rng.integers(0, len(values), len(values))]) for _ in range(n_boot)]
+    return float(np.percentile(medians, 2.5)), float(np.percentile(medians, 97.5))
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_noise_label():
+    base = {"obs_noise": "none", "obs_noise_scale": 0.2, "dyn_noise": "none", "dyn_noise_std": None}
+    assert aggregate.noise_label(base) == "none"
+    assert aggregate.noise_label({**base, "obs_noise": "mult"}) == "mult"
+    assert aggregate.noise_label({**base, "obs_noise": "mult", "obs_noise_scale": 0.3}) == "mult0.3"
+    assert aggregate.noise_label({**base, "dyn_noise": "gauss"}) == "gauss"
+    assert aggregate.noise_label({**base, "dyn_noise": "gauss", "dyn_noise_std": 0.05}) == "gauss0.05"
+    assert aggregate.noise_label({**base, "obs_noise": "mult", "dyn_noise": "gauss"}) == "mult+gauss"
+
+
+def test_bootstrap_median_ci():
+    values = [1.0, 2.0, 3.0, 4.0, 100.0]
+    median, lo, hi = aggregate.bootstrap_median_ci(values, 4000, np.random.default_rng(7))
+    assert median == 3.0 and 1.0 <= lo <= 3.0 <= hi <= 100.0 and lo < hi
+    assert (lo, hi) == pytest.approx(reference_ci(values, 4000, 7))
+    assert aggregate.bootstrap_median_ci([5.5], 100, np.random.default_rng(0)) == (5.5, 5.5, 5.5)
+    assert aggregate.nauc([0.0, 1.0, 2.0, 5.0]) == 2.0
+
+
+def test_aggregate_recovers_medians_cis_and_writes_figures(tmp_path):
+    rng = np.random.default_rng(0)
+    steps = [100, 200, 300, 400]
+    final = {}
+    for script in ("td3_huber", "dsdpg_msmmd_sobolev"):
+        for noise, flags in (("none", {}), ("mult0.3", {"obs_noise": "mult", "obs_noise_scale": 0.3})):
+            for seed in range(1, 6):
+                returns = [float(r) for r in rng.normal(seed * np.arange(1, 5), 1.0)]
+                final.setdefault((script, noise), []).append(returns)
+                run_dir = tmp_path / "grid" / script / noise / f"seed{seed}" / "runs" / f"r{seed}"
+                write_summary(run_dir, script, "PointMass-v0", seed, steps, returns, **flags)
+    known = [1.0, 2.0, 4.0, 9.0]  # no nauc in the summary: recomputed as the curve's mean
+    write_summary(tmp_path / "grid" / "iqn" / "r1", "iqn", "Hopper-v4", 1, steps, known, with_nauc=False,
+                  dyn_noise="gauss")
+    (tmp_path / "grid" / "iqn" / "unfinished").mkdir()
+    (tmp_path / "grid" / "iqn" / "unfinished" / "checkpoint.pt").write_bytes(b"")
+
+    result = run_tool("aggregate.py", "grid", "--out", "out", "--bootstrap-samples", "2000", "--seed", "3",
+                      cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "1 unfinished run" in result.stderr
+    out = tmp_path / "out"
+
+    runs = read_csv(out / "runs.csv")
+    assert len(runs) == 21
+    iqn = [row for row in runs if row["script"] == "iqn"]
+    assert len(iqn) == 1 and iqn[0]["noise"] == "gauss" and iqn[0]["env"] == "Hopper-v4"
+    assert float(iqn[0]["nauc"]) == pytest.approx(4.0) and float(iqn[0]["final_eval_return"]) == 9.0
+
+    table = {(row["script"], row["env"], row["noise"]): row for row in read_csv(out / "table.csv")}
+    assert len(table) == 5
+    for (script, noise), curves in final.items():
+        row = table[(script, "PointMass-v0", noise)]
+        assert int(row["n_seeds"]) == 5
+        for metric, values in (("final_eval_return", [c[-1] for c in curves]), ("nauc", [np.mean(c) for c in curves])):
+            assert float(row[f"{metric}_median"]) == pytest.approx(np.median(values))
+            lo, hi = reference_ci(values, 2000, 3)
+            assert float(row[f"{metric}_ci_lo"]) == pytest.approx(lo)
+            assert float(row[f"{metric}_ci_hi"]) == pytest.approx(hi)
+    single = table[("iqn", "Hopper-v4", "gauss")]
+    assert float(single["final_eval_return_ci_lo"]) == float(single["final_eval_return_ci_hi"]) == 9.0
+
+    markdown = (out / "table.md").read_text()
+    assert "| PointMass-v0 | mult0.3 | dsdpg_msmmd_sobolev | 5 |" in markdown
+    for name in ("final_return.png", "nauc.png", "curves.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / name).stat().st_size > 10_000
+
+
+def test_curves_align_on_common_steps_and_mixed_settings_warn(capsys):
+    runs = [{"script": "s", "env": "e", "noise": "none", "seed": seed, "run_dir": str(seed), "eval_steps": steps,
+             "eval_returns": returns, "args": {"seed": seed, "total_timesteps": steps[-1]}}
+            for seed, steps, returns in ((1, [10, 20, 30], [1.0, 2.0, 3.0]), (2, [10, 20], [5.0, 6.0]))]
+    groups = aggregate.group_runs(runs)
+    assert "differ in total_timesteps" in capsys.readouterr().err
+    steps, returns = aggregate.align_curves(groups[("s", "e", "none")])
+    assert steps.tolist() == [10, 20] and returns.tolist() == [[1.0, 2.0], [5.0, 6.0]]
+
+
+def test_aggregate_bad_input(tmp_path):
+    for flags, message in ((["missing"], "is not a directory"), (["."], "no summary.json")):
+        result = run_tool("aggregate.py", *flags, cwd=tmp_path)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith("aggregate.py: error:")
+        assert message in lines[0]
+
+
+def grid(*flags: str, cwd: Path, seeds=("1", "2")) -> subprocess.CompletedProcess:
+    return run_tool("run_grid.py", "--scripts", "td3_huber.py", "--env-ids", "PointMass-v0", "--seeds", *seeds,
+                    "--common", TINY, "--grid-dir", "grid", "--workers", "2", "--threads-per-job", "1", *flags, cwd=cwd)
+
+
+def log_lines(cwd: Path) -> list[dict]:
+    return [json.loads(line) for line in (cwd / "grid" / "grid_log.jsonl").read_text().splitlines()]
+
+
+def summaries(cwd: Path) -> list[Path]:
+    return sorted((cwd / "grid").glob("td3_huber/PointMass-v0/*/seed*/runs/*/summary.json"))
+
+
+def test_local_grid_runs_then_skips_then_resumes(tmp_path):
+    result = grid(cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [p.parts[-5:-3] for p in summaries(tmp_path)] == [("default", "seed1"), ("default", "seed2")]
+    log = log_lines(tmp_path)
+    assert sorted(r["job"] for r in log) == [f"td3_huber PointMass-v0 default seed{s}" for s in (1, 2)]
+    assert all(r["status"] == "ok" and r["returncode"] == 0 and "--seed" in r["command"] and r["seconds"] > 0
+               for r in log)
+
+    again = grid(cwd=tmp_path)
+    assert again.returncode == 0 and "2 skipped" in again.stdout and len(log_lines(tmp_path)) == 2
+
+    summaries(tmp_path)[0].unlink()  # an interrupted run: checkpoint.pt without summary.json
+    resumed = grid(cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert len(summaries(tmp_path)) == 2 and "1 skipped" in resumed.stdout
+    last = log_lines(tmp_path)[-1]
+    assert last["status"] == "ok" and "--resume" in last["command"] and last["job"].endswith("seed1")
+
+    other = grid("--flag-sets", "", cwd=tmp_path, seeds=("1",))
+    assert other.returncode == 0 and "1 skipped" in other.stdout
+    changed = run_tool("run_grid.py", "--scripts", "td3_huber", "--env-ids", "PointMass-v0", "--seeds", "1",
+                       "--common", "--total-timesteps 70", "--grid-dir", "grid", cwd=tmp_path)
+    assert changed.returncode == 1 and "use another --grid-dir" in changed.stderr
+
+
+def test_failed_job_is_reported(tmp_path):
+    result = grid("--flag-sets", "--gamma 5", cwd=tmp_path, seeds=("1",))
+    assert result.returncode == 1
+    assert "1 failed" in result.stdout and "FAILED" in result.stdout and "--gamma must be in [0, 1]" in result.stdout
+    (record,) = log_lines(tmp_path)
+    assert record["status"] == "failed" and record["returncode"] == 1 and record["command"].endswith("--gamma 5")
+    assert "gamma_5" in record["cwd"]
+
+
+def test_bad_grid_flags_and_dry_run(tmp_path):
+    for flags, message in ((["--scripts", "nope"], "no script 'nope'"), (["--common", "--seed 3"], "set by the grid"),
+                           (["--workers", "0"], "--workers must be >= 1")):
+        result = run_tool("run_grid.py", "--env-ids", "PointMass-v0", *flags, cwd=tmp_path)
+        assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
+    dry = grid("--flag-sets", "", "--obs-noise mult", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0 and len(dry.stdout.splitlines()) == 4 and not (tmp_path / "grid").exists()
+    assert all(line.startswith("[new] cd ") for line in dry.stdout.splitlines())
+    assert "obs-noise_mult/seed2 && OMP_NUM_THREADS=1 " in dry.stdout
+
+
+def test_submitit_local_grid(tmp_path):
+    result = grid("--backend", "submitit-local", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(summaries(tmp_path)) == 2 and len(log_lines(tmp_path)) == 2
+    assert list((tmp_path / "grid" / "submitit").glob("*_result.pkl"))
