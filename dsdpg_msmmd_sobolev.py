@@ -707,19 +707,21 @@ def max_sliced_mmd2(
     within = (n * n, m * m) if estimator == "biased" else (n * (n - 1), m * (m - 1))
     weights = torch.cat([x.new_full((xi.shape[0],), 2.0 / within[0]), x.new_full((yi.shape[0],), 2.0 / within[1]),
                          x.new_full((n * m,), -2.0 / (n * m))])  # (P,) MMD^2 = sum_p weights_p k(theta . diffs_p)
+    diffs_t = diffs.transpose(-1, -2).contiguous()  # (..., d, P): row-vector products are the fast layout on CPU
+    weighted_diffs = diffs * (-(h**2) * weights).unsqueeze(-1)  # (..., P, d)
     theta = torch.randn(*lead, d, device=x.device) if initial_theta is None else initial_theta.detach()
-    theta = F.normalize(theta.expand(*lead, d), dim=-1)
+    theta = F.normalize(theta.expand(*lead, d), dim=-1).unsqueeze(-2)  # (..., 1, d)
     first_moment, second_moment = torch.zeros_like(theta), torch.zeros_like(theta)
     beta1, beta2, eps = 0.9, 0.999, 1e-8
     for step in range(1, steps + 1):
-        projected = (diffs @ theta.unsqueeze(-1)).squeeze(-1)  # (..., P)
-        slope = -(h**2) * projected * torch.rsqrt(1.0 + h**2 * projected**2)  # k'(t) of k(t) = -sqrt(1 + h^2 t^2)
-        grad = ((weights * slope).unsqueeze(-2) @ diffs).squeeze(-2)  # (..., d) d MMD^2 / d theta
+        projected = theta @ diffs_t  # (..., 1, P)
+        grad = (projected * torch.rsqrt(1.0 + h**2 * projected**2)) @ weighted_diffs  # (..., 1, d): k' of -sqrt(1 + h^2 t^2)
         grad = grad - (grad * theta).sum(-1, keepdim=True) * theta  # d MMD^2(w / |w|) / dw at |w| = 1
         first_moment.lerp_(grad, 1 - beta1)
         second_moment.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         ascent = lr * (first_moment / (1 - beta1**step)) / ((second_moment / (1 - beta2**step)).sqrt() + eps)
         theta = F.normalize(theta + ascent, dim=-1)
+    theta = theta.squeeze(-2)
     return mmd2(x @ theta.unsqueeze(-1), y @ theta.unsqueeze(-1), h, estimator), theta
 
 

@@ -681,8 +681,7 @@ def mmd2(x: torch.Tensor, y: torch.Tensor, h: float, estimator: str = "biased") 
 
 
 def max_sliced_mmd2(x: torch.Tensor, y: torch.Tensor, h: float, steps: int, lr: float, estimator: str) -> torch.Tensor:
-    """Max-sliced MMD^2 of x (..., n, d) and y (..., m, d) as in dsdpg_msmmd_sobolev.py: Adam ascent of a random
-    direction on the sphere with the closed-form gradient, then the MMD^2 of the projections -> (...)."""
+    """Max-sliced MMD^2 of x (..., n, d), y (..., m, d) -> (...), as in dsdpg_msmmd_sobolev.py (search on the sphere)."""
     n, m, d = x.shape[-2], y.shape[-2], x.shape[-1]
     lead = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     xd, yd = x.detach().expand(*lead, n, d), y.detach().expand(*lead, m, d)
@@ -693,18 +692,19 @@ def max_sliced_mmd2(x: torch.Tensor, y: torch.Tensor, h: float, steps: int, lr: 
     within = (n * n, m * m) if estimator == "biased" else (n * (n - 1), m * (m - 1))
     weights = torch.cat([x.new_full((xi.shape[0],), 2.0 / within[0]), x.new_full((yi.shape[0],), 2.0 / within[1]),
                          x.new_full((n * m,), -2.0 / (n * m))])  # (P,) MMD^2 = sum_p weights_p k(theta . diffs_p)
-    theta = F.normalize(torch.randn(*lead, d, device=x.device), dim=-1)
+    diffs_t = diffs.transpose(-1, -2).contiguous()  # (..., d, P): row-vector products are the fast layout on CPU
+    weighted_diffs = diffs * (-(h**2) * weights).unsqueeze(-1)  # (..., P, d)
+    theta = F.normalize(torch.randn(*lead, 1, d, device=x.device), dim=-1)  # (..., 1, d)
     first_moment, second_moment = torch.zeros_like(theta), torch.zeros_like(theta)
     for step in range(1, steps + 1):
-        projected = (diffs @ theta.unsqueeze(-1)).squeeze(-1)  # (..., P)
-        slope = -(h**2) * projected * torch.rsqrt(1.0 + h**2 * projected**2)  # k'(t) of k(t) = -sqrt(1 + h^2 t^2)
-        grad = ((weights * slope).unsqueeze(-2) @ diffs).squeeze(-2)  # (..., d)
+        projected = theta @ diffs_t  # (..., 1, P)
+        grad = (projected * torch.rsqrt(1.0 + h**2 * projected**2)) @ weighted_diffs  # (..., 1, d)
         grad = grad - (grad * theta).sum(-1, keepdim=True) * theta  # along the sphere: 0 when d = 1
         first_moment.lerp_(grad, 0.1)
         second_moment.mul_(0.999).addcmul_(grad, grad, value=0.001)
         ascent = lr * (first_moment / (1 - 0.9**step)) / ((second_moment / (1 - 0.999**step)).sqrt() + 1e-8)
         theta = F.normalize(theta + ascent, dim=-1)
-    return mmd2(x @ theta.unsqueeze(-1), y @ theta.unsqueeze(-1), h, estimator)
+    return mmd2(x @ theta.transpose(-1, -2), y @ theta.transpose(-1, -2), h, estimator)
 
 
 def truncate_top(samples: torch.Tensor, p: float) -> torch.Tensor:
