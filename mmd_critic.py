@@ -57,6 +57,8 @@ class Args:
     """seed of the experiment"""
     cuda: bool = True
     """use the GPU when one is present"""
+    compile: bool = False
+    """torch.compile the actor and the world-model loss (the parts never differentiated twice or under vmap)"""
 
     # Environment
     env_id: str = "Walker2d-v4"
@@ -851,6 +853,10 @@ def main(args: Args) -> None:
     world_model = make_world_model(args.world_model, obs_dim, act_dim, args.wm_hidden_dim).to(device)
     wm_optimizer = torch.optim.RAdam(world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4)
     rb = ReplayBuffer(obs_dim, act_dim, args.buffer_size, device)
+    if args.compile:
+        torch._inductor.config.fallback_random = True  # compiled code draws the same random numbers as eager code
+        actor.compile()
+        world_model.loss = torch.compile(world_model.loss)
     slicing = (args.slice_steps, args.slice_lr) if args.metric == "msmmd" else None
 
     start_step, num_critic_updates, previous_wall_time = 0, 0, 0.0
