@@ -62,7 +62,7 @@ class Args:
 
     # Environment
     env_id: str = "Walker2d-v4"
-    """the id of the environment (any gymnasium MuJoCo id, or PointMass-v0)"""
+    """the id of the environment (any gymnasium MuJoCo id, PointMass-v0, or PointMass<M>-v0 with M bonus locations)"""
     obs_noise: Literal["none", "mult"] = "none"
     """observation noise: `mult` scales every observation of an episode by one factor drawn in [1-s, 1+s]"""
     obs_noise_scale: float = 0.2
@@ -159,7 +159,7 @@ def check_args(args: Args) -> None:
         (args.wm_updates_per_step >= 0, "--wm-updates-per-step must be >= 0"),
         (args.policy_frequency >= 1, "--policy-frequency must be >= 1"),
         (min(args.exploration_noise, args.policy_noise, args.noise_clip) >= 0, "noise scales must be >= 0"),
-        (args.hidden_dim >= 1 and (args.wm_hidden_dim or 1) >= 1, "hidden dims must be >= 1"),
+        (args.hidden_dim >= 1 and (args.wm_hidden_dim is None or args.wm_hidden_dim >= 1), "hidden dims must be >= 1"),
         (args.num_samples >= 2 and args.num_samples_policy >= 1, "--num-samples must be >= 2, --num-samples-policy >= 1"),
         (args.noise_dim >= 1, "--noise-dim must be >= 1"),
         (args.kernel_bandwidth > 0, "--kernel-bandwidth must be > 0"),
@@ -609,8 +609,8 @@ class FlowWorldModel(nn.Module):
 def make_world_model(kind: str, obs_dim: int, act_dim: int, hidden_dim: int | None) -> WorldModel | FlowWorldModel:
     """The world model of --world-model, at the paper's width (cVAE 1024, flow 512) unless --wm-hidden-dim is given."""
     if kind == "flow":
-        return FlowWorldModel(obs_dim, act_dim, hidden_dim or 512)
-    return WorldModel(obs_dim, act_dim, hidden_dim or 1024)
+        return FlowWorldModel(obs_dim, act_dim, 512 if hidden_dim is None else hidden_dim)
+    return WorldModel(obs_dim, act_dim, 1024 if hidden_dim is None else hidden_dim)
 
 
 # REPLAY BUFFER

@@ -12,6 +12,8 @@ measured in the same process.
 Usage:
     python benchmarks/timing.py --env-id Hopper-v4
     python benchmarks/timing.py --env-id Hopper-v4 --scripts td3_huber dsdpg_msmmd_sobolev --seconds 10
+    python benchmarks/timing.py --scripts td3_huber dsdpg_msmmd_sobolev "dsdpg_msmmd_sobolev@world_model=flow"
+A script name may carry settings of its own after "@" (comma-separated name=value), e.g. a world-model variant.
 """
 
 import contextlib
@@ -38,7 +40,7 @@ class Args:
     env_id: str = "Hopper-v4"
     """the environment every script runs on"""
     scripts: list[str] = field(default_factory=lambda: [s for s in ALL_SCRIPTS if os.path.exists(f"{ROOT}/{s}.py")])
-    """the scripts to time (module names at the project's top level); the first is the reference of the ratios"""
+    """the scripts to time (module names, optionally with @name=value,... settings); the first is the ratios' reference"""
     learning_starts: int = 256
     """steps before the critic updates start (the world model trains from the first full minibatch)"""
     seconds: float = 20.0
@@ -53,19 +55,22 @@ class Args:
     """extra `name=value` settings for every script's Args (e.g. hidden_dim=256), parsed as JSON when possible"""
 
 
-def script_args(module, args: Args, total_timesteps: int):
+def script_args(module, args: Args, total_timesteps: int, variant: list[str]):
     overrides = {}
-    for item in args.script_flags:
+    for item in args.script_flags + variant:
         name, value = item.split("=", 1)
         try:
             overrides[name] = json.loads(value)
         except json.JSONDecodeError:
             overrides[name] = value
-    return module.Args(env_id=args.env_id, seed=1, total_timesteps=total_timesteps, learning_starts=args.learning_starts,
-                       eval_frequency=10**9, eval_episodes=1, checkpoint_frequency=0, **overrides)
+    try:
+        return module.Args(env_id=args.env_id, seed=1, total_timesteps=total_timesteps, learning_starts=args.learning_starts,
+                           eval_frequency=10**9, eval_episodes=1, checkpoint_frequency=0, **overrides)
+    except TypeError as error:
+        raise SystemExit(f"timing.py: error: {module.__name__}: {error}") from None
 
 
-def run(module, args: Args, total_timesteps: int) -> float:
+def run(module, args: Args, total_timesteps: int, variant: list[str]) -> float:
     """Wall time of one quiet run of the script's main() in a scratch directory."""
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory() as scratch:
@@ -73,7 +78,7 @@ def run(module, args: Args, total_timesteps: int) -> float:
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 start = time.perf_counter()
-                module.main(script_args(module, args, total_timesteps))
+                module.main(script_args(module, args, total_timesteps, variant))
                 return time.perf_counter() - start
         finally:
             os.chdir(cwd)
@@ -92,13 +97,13 @@ class GlobalOnlyTracker:
         return False
 
 
-def flops_per_iteration(module, args: Args) -> float:
+def flops_per_iteration(module, args: Args, variant: list[str]) -> float:
     counts = []
     for extra in (0, args.flop_iterations):
         counter = FlopCounterMode(display=False)
         counter.mod_tracker = GlobalOnlyTracker()
         with counter:
-            run(module, args, args.learning_starts + extra)
+            run(module, args, args.learning_starts + extra, variant)
         counts.append(counter.get_total_flops())
     return (counts[1] - counts[0]) / args.flop_iterations
 
@@ -119,17 +124,19 @@ def main(args: Args) -> None:
     peak = matmul_flops_per_second()
     print(f"dense fp32 matmul: {peak / 1e9:.1f} GFLOP/s ({torch.get_num_threads()} threads)", file=sys.stderr)
     rows = []
-    for name in args.scripts:
-        module = importlib.import_module(name)
-        base = run(module, args, args.learning_starts)
-        probe = (run(module, args, args.learning_starts + 3) - base) / 3
+    for entry in args.scripts:
+        name, _, settings = entry.partition("@")
+        variant = settings.split(",") if settings else []
+        module = importlib.import_module(name.removesuffix(".py"))
+        base = run(module, args, args.learning_starts, variant)
+        probe = (run(module, args, args.learning_starts + 3, variant) - base) / 3
         iterations = max(5, math.ceil(args.seconds / max(probe, 1e-3)))
-        seconds = (run(module, args, args.learning_starts + iterations) - run(module, args, args.learning_starts))
+        seconds = run(module, args, args.learning_starts + iterations, variant) - run(module, args, args.learning_starts, variant)
         ms = 1e3 * seconds / iterations
-        flops = flops_per_iteration(module, args)
-        rows.append({"script": name, "ms_per_iteration": ms, "timed_iterations": iterations,
+        flops = flops_per_iteration(module, args, variant)
+        rows.append({"script": entry, "ms_per_iteration": ms, "timed_iterations": iterations,
                      "gflop_per_iteration": flops / 1e9, "gflops": flops / ms / 1e6})
-        print(f"{name}: {ms:.1f} ms/iteration over {iterations} iterations, {flops / 1e9:.2f} GFLOP/iteration",
+        print(f"{entry}: {ms:.1f} ms/iteration over {iterations} iterations, {flops / 1e9:.2f} GFLOP/iteration",
               file=sys.stderr)
     reference = rows[0]["ms_per_iteration"]
     lines = [f"Env {args.env_id}, {torch.get_num_threads()} threads, dense fp32 matmul {peak / 1e9:.1f} GFLOP/s.", "",
