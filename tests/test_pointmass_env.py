@@ -1,15 +1,12 @@
 """Tests for the point-mass toy environment (pointmass_env.py). Expected numbers are computed by hand."""
 
 import importlib
-import sys
-from pathlib import Path
 
 import gymnasium
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pointmass_env  # noqa: E402
 from pointmass_env import PointMassEnv  # noqa: E402

@@ -1,0 +1,599 @@
+"""Toy supervised distributional Sobolev training on a mixture of sinusoids.
+
+What it is
+----------
+The supervised experiment of the paper's appendix "Toy supervised learning". The target is a random function
+f(x; a) = a sin(x) with a drawn uniformly from {0, 1, 2, 3, 4} and x ~ U[0, 5]. For every sampled x we observe
+4 draws of a (with replacement), i.e. 4 values of the joint "Sobolev" variable [f(x; a), df/dx(x; a)].
+Four variants of the same MLP are trained on those observations:
+
+- `mmd_sobolev`: a generator g(x, eps), eps ~ N(0, I_10), whose samples [g, dg/dx] are matched to the observed
+  [y, dy/dx] with MMD (the distributional Sobolev model; dg/dx comes from autograd with create_graph=True, so the
+  gradient of the model stands for the gradient of the random function);
+- `mmd`: the same generator matched on y only;
+- `l2_sobolev`: a deterministic MLP regressing the observed y and dy/dx with squared errors (Czarnecki et al.'s
+  Sobolev training);
+- `l2`: the same regression on y only.
+
+Two data regimes: "unlimited" (fresh 256 pairs every step) and "limited" (one fixed dataset of `--num-points` pairs,
+used as the full batch at every step). Every `--eval-frequency` steps each model is evaluated on a grid of x:
+the biased MMD^2 on the joint [y, dy/dx] under a rational-quadratic kernel (alpha = 1), the squared error between
+the predicted mean gradient and the true mean gradient E_a[a] cos(x) = 2 cos(x), and the mean |d^2y/dx^2|.
+
+How to run
+----------
+    python toy_supervised_sobolev.py                        # the full experiment (unlimited + 3 dataset sizes)
+    python toy_supervised_sobolev.py --num-workers 1        # same numbers, one process (about twice as long)
+    python toy_supervised_sobolev.py --no-unlimited --num-points 16 32 --variants mmd_sobolev l2_sobolev
+    python toy_supervised_sobolev.py --num-steps 40 --eval-frequency 20 --out-dir /tmp/toy   # smoke test
+
+Outputs in `runs/<run_name>/` (or `--out-dir`): `summary.json`, the figures `samples_<regime>.png`,
+`curves_<regime>.png` and (limited regime) `dataset_size.png`, and one TensorBoard log directory per training,
+`<regime>/<variant>/` (regime = `unlimited` or `n<num_points>`), with the scalars `eval/mmd`, `eval/grad_mean_l2`,
+`eval/second_derivative_norm`, `losses/loss` and `charts/SPS`; `tensorboard --logdir runs/<run_name>` overlays the
+variants on the same charts.
+
+Choices the paper leaves open, and how we fixed them
+----------------------------------------------------
+- Training losses. MMD variants: biased MMD^2 between the 4 generator samples and the 4 observed targets of each x,
+  with the sum of 7 RBF kernels (bandwidths 0.01 ... 100), averaged over the batch. L2 variants: the single
+  prediction is regressed onto each of the 4 targets (mean squared error over batch and targets); `l2_sobolev` adds
+  `--grad-weight` (default 1; the paper gives no weight for this experiment) times the same error on the gradient.
+  The plain variants use y only.
+- Evaluation. A fixed grid of `--eval-points` x values in [0, 5]; per x, `--eval-samples` true samples (drawn once)
+  against as many model samples (fixed generator noise). A deterministic model's samples are its prediction repeated.
+  The mean-gradient error of a generator is measured on its `--eval-samples` sample mean, so it has a Monte-Carlo
+  floor; `summary.json` reports, as `truth_reference`, the same three metrics for a second independent sample of the
+  true distribution, which gives that floor (and the true mean |d^2y/dx^2|, about 1.31). Evaluation runs every 500
+  steps by default: one generator evaluation (16 384 samples with second derivatives) takes ~0.5 s on a CPU thread.
+- `summary.json`: `results[<regime>][<variant>]` holds the final `eval_mmd`, `grad_mean_l2`,
+  `second_derivative_norm`, `train_time_s` and the evaluation `history`; plus `truth_reference`, `args`, `wall_time_s`.
+- Input noise (`--input-noise`, the paper's "adding noise" appendix) perturbs x fed to the L2 models only, freshly
+  every step; the targets stay those of the clean x.
+- Regimes. `--unlimited/--no-unlimited` toggles the unlimited regime; `--num-points` lists the dataset sizes of the
+  limited regime (empty: none). The paper does not list its sizes; our default 16, 64, 256 spans heavy to mild
+  data scarcity. All variants of one size share the same dataset.
+- Runtime. Each (regime, variant) training is an independent job with its own seed, so `--num-workers N` runs jobs
+  in N processes (one torch thread each by default) and gives the same numbers as a sequential run.
+"""
+
+import json
+import multiprocessing
+import os
+import random
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Literal, Optional
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.ticker import NullLocator
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+VariantName = Literal["mmd_sobolev", "mmd", "l2_sobolev", "l2"]
+ALL_VARIANTS: tuple[VariantName, ...] = ("mmd_sobolev", "mmd", "l2_sobolev", "l2")
+A_VALUES = (0.0, 1.0, 2.0, 3.0, 4.0)  # support of the latent amplitude a
+TRUE_MEAN_A = 2.0  # E[a]: the true mean gradient is 2 cos(x)
+X_MAX = 5.0  # x ~ U[0, X_MAX]
+RBF_BANDWIDTHS = (0.01, 0.05, 0.1, 0.5, 1.0, 10.0, 100.0)
+RQ_ALPHA = 1.0  # rational-quadratic evaluation kernel
+LOG_EVERY = 100  # steps between loss logs / progress updates
+METRICS = ("eval_mmd", "grad_mean_l2", "second_derivative_norm")
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment (prefix of the run name)"""
+    seed: int = 1
+    """seed of the experiment"""
+    cuda: bool = True
+    """use CUDA when it is available"""
+    num_workers: int = 2
+    """number of processes training (regime, variant) jobs in parallel (results do not depend on it)"""
+    torch_threads: int = 1
+    """CPU threads of each training process (torch.set_num_threads)"""
+    out_dir: Optional[str] = None
+    """output directory (None: runs/<exp_name>__<seed>__<unix time>)"""
+
+    variants: tuple[VariantName, ...] = ALL_VARIANTS
+    """which models to train"""
+    unlimited: bool = True
+    """run the unlimited-data regime (fresh pairs every step)"""
+    num_points: tuple[int, ...] = (16, 64, 256)
+    """dataset sizes (pairs (x, y_1:4)) of the limited-data regime; empty: no limited regime"""
+
+    num_steps: int = 25_000
+    """gradient steps per training"""
+    batch_size: int = 256
+    """pairs (x, y_1:4) per step in the unlimited regime"""
+    targets_per_x: int = 4
+    """observed values of a per x"""
+    model_samples: int = 4
+    """generator samples per x in the MMD loss"""
+    noise_dim: int = 10
+    """dimension of the generator's N(0, I) noise input"""
+    hidden_dim: int = 256
+    """width of the two hidden layers"""
+    learning_rate: float = 1e-3
+    """RAdam learning rate"""
+    betas: tuple[float, float] = (0.5, 0.9)
+    """RAdam betas"""
+    grad_weight: float = 1.0
+    """weight of the gradient error in the l2_sobolev loss"""
+    input_noise: float = 0.0
+    """std of the Gaussian noise added to x for the L2 models (0: none)"""
+
+    eval_frequency: int = 500
+    """steps between evaluations"""
+    eval_points: int = 256
+    """x values of the evaluation grid"""
+    eval_samples: int = 64
+    """true and model samples per evaluation x"""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# data: the mixture of sinusoids
+# ----------------------------------------------------------------------------------------------------------------
+def sinusoid(x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """f(x; a) = a sin(x) with its first and second x-derivatives. x, a broadcastable -> (..., 3)."""
+    return torch.stack([a * torch.sin(x), a * torch.cos(x), -a * torch.sin(x)], dim=-1)
+
+
+def sample_amplitudes(shape: tuple[int, ...], generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """Draw a uniformly from A_VALUES (with replacement)."""
+    idx = torch.randint(len(A_VALUES), shape, generator=generator)
+    return torch.tensor(A_VALUES)[idx]
+
+
+def sample_pairs(
+    num_pairs: int, targets_per_x: int, generator: Optional[torch.Generator] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x ~ U[0, 5] and `targets_per_x` draws of [a sin x, a cos x] per x -> x (N,), targets (N, K, 2)."""
+    x = torch.rand(num_pairs, generator=generator) * X_MAX  # (N,)
+    a = sample_amplitudes((num_pairs, targets_per_x), generator)  # (N, K)
+    return x, sinusoid(x[:, None], a)[..., :2]
+
+
+def derive_seed(*keys: int) -> int:
+    """A reproducible 32-bit seed from a tuple of integers."""
+    return int(np.random.SeedSequence(list(keys)).generate_state(1)[0])
+
+
+def limited_dataset(seed: int, num_points: int, targets_per_x: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed dataset of the limited regime; the same for every variant of a given size."""
+    generator = torch.Generator().manual_seed(derive_seed(seed, num_points, 1))
+    return sample_pairs(num_points, targets_per_x, generator)
+
+
+@dataclass
+class EvalSet:
+    x: torch.Tensor  # (P,) grid over [0, 5]
+    truth: torch.Tensor  # (P, S, 3) true samples [y, dy/dx, d2y/dx2]
+    truth_reference: torch.Tensor  # (P, S, 3) an independent true sample (noise floor of the metrics)
+    noise: torch.Tensor  # (P, S, noise_dim) fixed generator noise
+
+
+def make_eval_set(args: Args, device: torch.device) -> EvalSet:
+    generator = torch.Generator().manual_seed(derive_seed(args.seed, 0, 2))
+    x = torch.linspace(0.0, X_MAX, args.eval_points)
+    shape = (args.eval_points, args.eval_samples)
+    truth = sinusoid(x[:, None], sample_amplitudes(shape, generator))
+    reference = sinusoid(x[:, None], sample_amplitudes(shape, generator))
+    noise = torch.randn(*shape, args.noise_dim, generator=generator)
+    return EvalSet(x.to(device), truth.to(device), reference.to(device), noise.to(device))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# model
+# ----------------------------------------------------------------------------------------------------------------
+class MLP(nn.Module):
+    """Scalar MLP, 2 hidden layers with Swish (SiLU). With noise_dim > 0 it is a generator g(x, eps)."""
+
+    def __init__(self, noise_dim: int, hidden_dim: int):
+        super().__init__()
+        self.noise_dim = noise_dim
+        self.net = nn.Sequential(
+            nn.Linear(1 + noise_dim, hidden_dim),
+            nn.SiLU(),
+            nn.Linear(hidden_dim, hidden_dim),
+            nn.SiLU(),
+            nn.Linear(hidden_dim, 1),
+        )
+
+    def forward(self, x: torch.Tensor, noise: Optional[torch.Tensor]) -> torch.Tensor:
+        """x (..., M), noise (..., M, noise_dim) or None -> y (..., M)."""
+        inputs = x[..., None] if noise is None else torch.cat([x[..., None], noise], dim=-1)
+        return self.net(inputs).squeeze(-1)
+
+
+def sobolev_outputs(
+    model: MLP, x: torch.Tensor, noise: Optional[torch.Tensor], order: int, create_graph: bool
+) -> torch.Tensor:
+    """Model output and its first `order` derivatives in x, per sample: x (..., M) -> (..., M, 1 + order).
+
+    Every sample gets its own leaf copy of x, so the gradient of the summed outputs is the per-sample derivative.
+    With create_graph the derivatives stay differentiable w.r.t. the weights (double backprop).
+    """
+    x = x.detach().clone().requires_grad_(order > 0)
+    outputs = [model(x, noise)]
+    for k in range(order):
+        keep_graph = create_graph or k < order - 1
+        (derivative,) = torch.autograd.grad(outputs[-1].sum(), x, create_graph=keep_graph)
+        outputs.append(derivative)
+    return torch.stack(outputs, dim=-1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# kernels and losses
+# ----------------------------------------------------------------------------------------------------------------
+def squared_distances(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x (..., n, d), y (..., m, d) -> (..., n, m)."""
+    return (x[..., :, None, :] - y[..., None, :, :]).pow(2).sum(-1)
+
+
+def rbf_mixture_kernel(
+    x: torch.Tensor, y: torch.Tensor, bandwidths: tuple[float, ...] = RBF_BANDWIDTHS
+) -> torch.Tensor:
+    """sum_i exp(-|x - y|^2 / (2 sigma_i^2)): x (..., n, d), y (..., m, d) -> (..., n, m)."""
+    sigmas = torch.tensor(bandwidths, dtype=x.dtype, device=x.device)
+    d2 = squared_distances(x, y)[..., None]  # (..., n, m, 1)
+    return torch.exp(-d2 / (2 * sigmas**2)).sum(-1)
+
+
+def rational_quadratic_kernel(x: torch.Tensor, y: torch.Tensor, alpha: float = RQ_ALPHA) -> torch.Tensor:
+    """(1 + |x - y|^2 / (2 alpha))^(-alpha): x (..., n, d), y (..., m, d) -> (..., n, m)."""
+    return (1 + squared_distances(x, y) / (2 * alpha)).pow(-alpha)
+
+
+def mmd2(
+    x: torch.Tensor, y: torch.Tensor, kernel: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """Biased MMD^2 estimate between sample sets x (..., n, d) and y (..., m, d) -> (...)."""
+    k_xx = kernel(x, x).mean((-2, -1))
+    k_yy = kernel(y, y).mean((-2, -1))
+    k_xy = kernel(x, y).mean((-2, -1))
+    return k_xx + k_yy - 2 * k_xy
+
+
+def regression_loss(prediction: torch.Tensor, targets: torch.Tensor, grad_weight: float) -> torch.Tensor:
+    """Squared error of one prediction against every target: (B, 1, d), (B, K, d) -> scalar; d = 2 adds the gradient."""
+    sq_errors = (prediction - targets).pow(2)  # (B, K, d)
+    loss = sq_errors[..., 0].mean()
+    if targets.shape[-1] == 2:
+        loss = loss + grad_weight * sq_errors[..., 1].mean()
+    return loss
+
+
+def is_generator(variant: str) -> bool:
+    return variant.startswith("mmd")
+
+
+def uses_gradient(variant: str) -> bool:
+    return variant.endswith("_sobolev")
+
+
+def training_loss(
+    model: MLP, variant: str, x: torch.Tensor, targets: torch.Tensor, args: Args
+) -> torch.Tensor:
+    """Loss of one step on pairs x (B,), targets (B, K, 2)."""
+    order = int(uses_gradient(variant))
+    targets = targets[..., : 1 + order]  # (B, K, 1 + order)
+    if is_generator(variant):
+        x_samples = x[:, None].expand(-1, args.model_samples)  # (B, M)
+        noise = torch.randn(*x_samples.shape, args.noise_dim, device=x.device)  # (B, M, noise_dim)
+        samples = sobolev_outputs(model, x_samples, noise, order, create_graph=True)  # (B, M, 1 + order)
+        return mmd2(samples, targets, rbf_mixture_kernel).mean()
+    x_input = x + args.input_noise * torch.randn_like(x)
+    prediction = sobolev_outputs(model, x_input[:, None], None, order, create_graph=True)  # (B, 1, 1 + order)
+    return regression_loss(prediction, targets, args.grad_weight)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# evaluation
+# ----------------------------------------------------------------------------------------------------------------
+def sobolev_metrics(samples: torch.Tensor, x: torch.Tensor, truth: torch.Tensor) -> dict[str, float]:
+    """samples (P, S, 3) = [y, dy/dx, d2y/dx2] at x (P,), against true samples (P, S', 3)."""
+    eval_mmd = mmd2(samples[..., :2], truth[..., :2], rational_quadratic_kernel).mean()
+    mean_gradient = samples[..., 1].mean(-1)  # (P,)
+    grad_mean_l2 = (mean_gradient - TRUE_MEAN_A * torch.cos(x)).pow(2).mean()
+    second_derivative_norm = samples[..., 2].abs().mean()
+    return {
+        "eval_mmd": eval_mmd.item(),
+        "grad_mean_l2": grad_mean_l2.item(),
+        "second_derivative_norm": second_derivative_norm.item(),
+    }
+
+
+def model_samples_on_grid(model: MLP, variant: str, eval_set: EvalSet) -> torch.Tensor:
+    """[y, dy/dx, d2y/dx2] of the model on the evaluation grid -> (P, S, 3)."""
+    num_points, num_samples = eval_set.noise.shape[:2]
+    if is_generator(variant):
+        x = eval_set.x[:, None].expand(-1, num_samples)  # (P, S)
+        samples = sobolev_outputs(model, x, eval_set.noise, order=2, create_graph=False)
+    else:
+        prediction = sobolev_outputs(model, eval_set.x[:, None], None, order=2, create_graph=False)  # (P, 1, 3)
+        samples = prediction.expand(num_points, num_samples, 3)
+    return samples.detach()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# one training job: one variant in one data regime
+# ----------------------------------------------------------------------------------------------------------------
+def regime_name(num_points: Optional[int]) -> str:
+    return "unlimited" if num_points is None else f"n{num_points}"
+
+
+def select_device(cuda: bool) -> torch.device:
+    return torch.device("cuda" if cuda and torch.cuda.is_available() else "cpu")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def train_job(
+    args: Args, num_points: Optional[int], variant: str, out_dir: str, progress: Callable[[int], None]
+) -> dict:
+    """Train one model and return its evaluation history, final metrics and final samples on the grid."""
+    torch.set_num_threads(args.torch_threads)
+    device = select_device(args.cuda)
+    seed_everything(derive_seed(args.seed, num_points or 0, ALL_VARIANTS.index(variant), 3))
+    eval_set = make_eval_set(args, device)
+    dataset = None
+    if num_points is not None:
+        dataset = tuple(t.to(device) for t in limited_dataset(args.seed, num_points, args.targets_per_x))
+
+    model = MLP(args.noise_dim if is_generator(variant) else 0, args.hidden_dim).to(device)
+    optimizer = torch.optim.RAdam(model.parameters(), lr=args.learning_rate, betas=args.betas)
+    writer = SummaryWriter(str(Path(out_dir) / regime_name(num_points) / variant))
+    history: dict[str, list] = {"step": [], **{name: [] for name in METRICS}}
+
+    def evaluate(step: int) -> None:
+        metrics = sobolev_metrics(model_samples_on_grid(model, variant, eval_set), eval_set.x, eval_set.truth)
+        history["step"].append(step)
+        for name, value in metrics.items():
+            history[name].append(value)
+        writer.add_scalar("eval/mmd", metrics["eval_mmd"], step)
+        writer.add_scalar("eval/grad_mean_l2", metrics["grad_mean_l2"], step)
+        writer.add_scalar("eval/second_derivative_norm", metrics["second_derivative_norm"], step)
+
+    evaluate(0)
+    start_time = time.time()
+    for step in range(1, args.num_steps + 1):
+        if dataset is None:
+            x, targets = (t.to(device) for t in sample_pairs(args.batch_size, args.targets_per_x))
+        else:
+            x, targets = dataset
+        loss = training_loss(model, variant, x, targets, args)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+        if step % LOG_EVERY == 0 or step == args.num_steps:
+            writer.add_scalar("losses/loss", loss.item(), step)
+            writer.add_scalar("charts/SPS", int(step / (time.time() - start_time)), step)
+            progress(step % LOG_EVERY or LOG_EVERY)  # steps since the last report
+        if step % args.eval_frequency == 0 or step == args.num_steps:
+            evaluate(step)
+    train_time = time.time() - start_time
+    writer.close()
+    return {
+        "regime": regime_name(num_points),
+        "variant": variant,
+        "final": {name: history[name][-1] for name in METRICS},
+        "train_time_s": train_time,
+        "history": history,
+        "samples": model_samples_on_grid(model, variant, eval_set).cpu().numpy(),  # (P, S, 3)
+    }
+
+
+def job_cost(args: Args, job: tuple[Optional[int], str]) -> int:
+    """Rough relative cost of a job (network rows per step, doubled by double backprop); longest jobs start first."""
+    num_points, variant = job
+    rows = (num_points or args.batch_size) * (args.model_samples if is_generator(variant) else 1)
+    return rows * (2 if uses_gradient(variant) else 1)
+
+
+def run_jobs(args: Args, jobs: list[tuple[Optional[int], str]], out_dir: str) -> list[dict]:
+    """Run the jobs in this process or in a pool of `num_workers` processes; results in the order of `jobs`."""
+    with tqdm(total=len(jobs) * args.num_steps, unit="step", smoothing=0.05) as bar:
+        if args.num_workers == 1:
+            return [train_job(args, n, variant, out_dir, bar.update) for n, variant in jobs]
+        context = multiprocessing.get_context("spawn")
+        with context.Manager() as manager, ProcessPoolExecutor(args.num_workers, mp_context=context) as pool:
+            progress_queue = manager.Queue()
+            futures = {
+                job: pool.submit(train_job, args, *job, out_dir, progress_queue.put)
+                for job in sorted(jobs, key=lambda job: job_cost(args, job), reverse=True)
+            }
+            pending = set(futures.values())
+            while pending:
+                _, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                while not progress_queue.empty():
+                    bar.update(progress_queue.get())
+            return [futures[job].result() for job in jobs]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# figures
+# ----------------------------------------------------------------------------------------------------------------
+VARIANT_STYLE = {  # colour: gradient information (blue) or not (orange); line: MMD (solid) or L2 (dashed)
+    "mmd_sobolev": {"color": "tab:blue", "linestyle": "-"},
+    "mmd": {"color": "tab:orange", "linestyle": "-"},
+    "l2_sobolev": {"color": "tab:blue", "linestyle": "--"},
+    "l2": {"color": "tab:orange", "linestyle": "--"},
+}
+METRIC_TITLES = {
+    "eval_mmd": "MMD$^2$ on [y, dy/dx] (RQ kernel)",
+    "grad_mean_l2": "L2 error of the mean gradient",
+    "second_derivative_norm": "mean |d$^2$y/dx$^2$|",
+}
+
+
+def plot_samples(
+    path: Path, eval_set: EvalSet, results: list[dict], dataset: Optional[tuple[torch.Tensor, torch.Tensor]]
+) -> None:
+    """Output (left) and gradient (right) marginals: truth (blue) vs each model (red: generator, green: L2)."""
+    shown = 4  # samples per grid x drawn in the scatter
+    x = eval_set.x.cpu().numpy()
+    truth = eval_set.truth.cpu().numpy()[:, :shown]
+    fig, axes = plt.subplots(len(results), 2, figsize=(8, 2.1 * len(results)), squeeze=False, sharex=True)
+    for row, result in zip(axes, results):
+        samples = result["samples"]
+        for col, label in enumerate(("y", "dy/dx")):
+            ax = row[col]
+            ax.scatter(np.repeat(x, shown), truth[..., col].ravel(), s=1, c="tab:blue", label="truth")
+            if is_generator(result["variant"]):
+                xs, ys = np.repeat(x, shown), samples[:, :shown, col].ravel()
+                ax.scatter(xs, ys, s=1, c="tab:red", alpha=0.5, label="model")
+            else:
+                ax.plot(x, samples[:, 0, col], c="tab:green", lw=1.5, label="model")
+            if dataset is not None:
+                data_x, data_targets = (t.cpu().numpy() for t in dataset)
+                xs = np.repeat(data_x, data_targets.shape[1])
+                ax.scatter(xs, data_targets[..., col].ravel(), s=8, c="k", marker="x", lw=0.7, label="data")
+            ax.set_ylim(-6, 6)
+            ax.set_ylabel(f"{result['variant']}\n{label}", fontsize=8)
+    axes[0][0].legend(fontsize=7, loc="lower left", markerscale=4)
+    for ax in axes[-1]:
+        ax.set_xlabel("x")
+    fig.suptitle(f"samples after {results[0]['history']['step'][-1]} steps ({results[0]['regime']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_curves(path: Path, results: list[dict], reference: dict[str, float]) -> None:
+    """Evaluation metrics against training steps, one line per variant."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    for ax, metric in zip(axes, METRICS):
+        for result in results:
+            history = result["history"]
+            ax.plot(history["step"], history[metric], label=result["variant"], **VARIANT_STYLE[result["variant"]])
+        ax.axhline(reference[metric], color="gray", linestyle=":", label="true samples")
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_title(METRIC_TITLES[metric], fontsize=10)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=5, fontsize=8)
+    fig.suptitle(results[0]["regime"], fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_dataset_size(path: Path, summary: dict, args: Args) -> None:
+    """Final metrics against the dataset size of the limited regime; hollow markers at "inf": unlimited regime."""
+    sizes = sorted(args.num_points)
+    unlimited_position = sizes[-1] * 4
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    for ax, metric in zip(axes, METRICS):
+        for variant in args.variants:
+            style = {**VARIANT_STYLE[variant], "marker": "o" if is_generator(variant) else "s"}
+            values = [summary["results"][regime_name(n)][variant][metric] for n in sizes]
+            ax.plot(sizes, values, label=variant, **style)
+            if args.unlimited:
+                unlimited_value = summary["results"]["unlimited"][variant][metric]
+                ax.plot([unlimited_position], [unlimited_value], fillstyle="none", **style)
+        ax.axhline(summary["truth_reference"][metric], color="gray", linestyle=":", label="true samples")
+        ticks = sizes + [unlimited_position] if args.unlimited else sizes
+        ax.set_xscale("log")
+        ax.set_xticks(ticks, [str(n) for n in sizes] + (["inf"] if args.unlimited else []))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_yscale("log")
+        ax.set_xlabel("dataset size (pairs)")
+        ax.set_title(METRIC_TITLES[metric], fontsize=10)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=5, fontsize=8)
+    fig.suptitle(f"after {args.num_steps} steps", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# main
+# ----------------------------------------------------------------------------------------------------------------
+def check_args(args: Args) -> Optional[str]:
+    """The first problem with the arguments, or None."""
+    positive = ("num_steps", "batch_size", "targets_per_x", "model_samples", "noise_dim", "hidden_dim",
+                "learning_rate", "eval_frequency", "eval_points", "eval_samples", "num_workers", "torch_threads")
+    for name in positive:
+        if getattr(args, name) <= 0:
+            return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
+    if not all(0 <= beta < 1 for beta in args.betas):
+        return f"--betas must lie in [0, 1), got {args.betas[0]} {args.betas[1]}"
+    if args.grad_weight < 0:
+        return f"--grad-weight must be >= 0, got {args.grad_weight}"
+    if args.input_noise < 0:
+        return f"--input-noise must be >= 0, got {args.input_noise}"
+    if not args.variants:
+        return "--variants: give at least one variant"
+    if len(set(args.variants)) != len(args.variants):
+        return f"--variants: repeated variant in {' '.join(args.variants)}"
+    if any(n <= 0 for n in args.num_points):
+        return f"--num-points: dataset sizes must be positive, got {' '.join(map(str, args.num_points))}"
+    if len(set(args.num_points)) != len(args.num_points):
+        return f"--num-points: repeated size in {' '.join(map(str, args.num_points))}"
+    if not args.unlimited and not args.num_points:
+        return "nothing to run: --no-unlimited and no --num-points"
+    return None
+
+
+def main(args: Args) -> dict:
+    problem = check_args(args)
+    if problem is not None:
+        print(f"{os.path.basename(__file__)}: error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    run_name = f"{args.exp_name}__{args.seed}__{int(time.time())}"
+    out_dir = Path(args.out_dir) if args.out_dir is not None else Path("runs") / run_name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    regimes: list[Optional[int]] = ([None] if args.unlimited else []) + list(args.num_points)
+    jobs = [(n, variant) for n in regimes for variant in args.variants]
+
+    start_time = time.time()
+    results = run_jobs(args, jobs, str(out_dir))
+    wall_time = time.time() - start_time
+
+    eval_set = make_eval_set(args, torch.device("cpu"))
+    reference = sobolev_metrics(eval_set.truth_reference, eval_set.x, eval_set.truth)
+    summary: dict = {"args": asdict(args), "wall_time_s": wall_time, "truth_reference": reference, "results": {}}
+    for result in results:
+        summary["results"].setdefault(result["regime"], {})[result["variant"]] = {
+            **result["final"],
+            "train_time_s": result["train_time_s"],
+            "history": result["history"],
+        }
+    with open(out_dir / "summary.json", "w") as f:
+        json.dump(summary, f, indent=1)
+
+    for n in regimes:
+        regime_results = [r for r in results if r["regime"] == regime_name(n)]
+        dataset = None if n is None else limited_dataset(args.seed, n, args.targets_per_x)
+        plot_samples(out_dir / f"samples_{regime_name(n)}.png", eval_set, regime_results, dataset)
+        plot_curves(out_dir / f"curves_{regime_name(n)}.png", regime_results, reference)
+    if args.num_points:
+        plot_dataset_size(out_dir / "dataset_size.png", summary, args)
+
+    print(f"{'regime':>10} {'variant':>12} " + " ".join(f"{m:>22}" for m in METRICS))
+    for regime, by_variant in summary["results"].items():
+        for variant, metrics in by_variant.items():
+            print(f"{regime:>10} {variant:>12} " + " ".join(f"{metrics[m]:>22.4g}" for m in METRICS))
+    print(f"{'truth':>10} {'reference':>12} " + " ".join(f"{reference[m]:>22.4g}" for m in METRICS))
+    print(f"wall time {wall_time:.0f} s; outputs in {out_dir}")
+    return summary
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
