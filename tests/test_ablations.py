@@ -179,9 +179,7 @@ def test_complete_sobolev_runs_end_to_end(tmp_path, env_id):
 
 
 @pytest.mark.parametrize("script, flags", [("dsdpg_mmd_sobolev.py", ["--truncation", "0", "--num-samples", "3"]),
-                                           ("iqn.py", ["--truncation", "0", "--num-samples", "3"]),
-                                           ("mage_huber_sobolev.py", ["--no-double-q"]),
-                                           ("td3_huber.py", ["--no-double-q"])])
+                                           ("mage_huber_sobolev.py", ["--no-double-q"])])
 @pytest.mark.parametrize("env_id", ["PointMass-v0", "Hopper-v4"])
 def test_overestimation_ablations_run_end_to_end(tmp_path, script, flags, env_id):
     result = run_script(script, *flags, "--env-id", env_id, "--total-timesteps", "150", "--learning-starts", "100",
