@@ -269,7 +269,7 @@ NOISE_EMBEDDING_DIM = 64
 
 
 class EnsembleLinear(nn.Module):
-    """`num_members` independent linear layers in one batched matmul: (E, B, in) -> (E, B, out)."""
+    """`num_members` independent linear layers in one batched matmul: (E', B, in) -> (E', B, out), the first E' <= E."""
 
     def __init__(self, num_members: int, in_features: int, out_features: int):
         super().__init__()
@@ -278,7 +278,7 @@ class EnsembleLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(num_members, 1, out_features).uniform_(-bound, bound))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
+        return torch.baddbmm(self.bias[: x.shape[0]], x, self.weight[: x.shape[0]])
 
 
 def cosine_embedding(taus: torch.Tensor, num_cosines: int) -> torch.Tensor:
@@ -303,8 +303,9 @@ class Critic(nn.Module):
         self.fc3 = EnsembleLinear(num_critics, hidden_dim, 1)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
-        """obs (R, S) or (E, R, S), actions (R, A) or (E, R, A), taus (E, R) in (0, 1) -> quantiles (E, R)."""
-        rows = (self.num_critics, obs.shape[-2])
+        """obs (R, S) or (E, R, S), actions (R, A) or (E, R, A), taus (E', R) in (0, 1) -> quantiles (E', R) of the first
+        E' <= E critics."""
+        rows = (taus.shape[0], obs.shape[-2])
         cosines = cosine_embedding(taus, self.num_cosines)  # (E, R, num_cosines)
         embedding = F.silu(self.noise2(F.silu(self.noise1(cosines))))  # (E, R, 64)
         x = torch.cat([obs.expand(*rows, -1), actions.expand(*rows, -1), embedding], -1)  # (E, R, S+A+64)
@@ -933,9 +934,9 @@ def main(args: Args) -> None:
                     if num_critic_updates % args.policy_frequency == 0:
                         policy_obs = data.obs.repeat_interleave(args.num_samples_policy, 0)  # (B*M, S)
                         policy_taus = torch.rand(critic.num_critics, policy_obs.shape[0], device=device)
-                        actor_loss = -critic(policy_obs, actor(policy_obs), policy_taus)[0].mean()
+                        actor_loss = -critic(policy_obs, actor(policy_obs), policy_taus[:1])[0].mean()
                         actor_optimizer.zero_grad()
-                        actor_loss.backward()
+                        actor_loss.backward(inputs=list(actor.parameters()))  # no gradients for the critic's weights
                         actor_optimizer.step()
                         losses["actor_loss"] = actor_loss.detach()
 

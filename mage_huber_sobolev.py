@@ -250,7 +250,7 @@ def default_dyn_noise_std(env_id: str) -> float:
 
 # NETWORKS
 class EnsembleLinear(nn.Module):
-    """`num_members` independent linear layers in one batched matmul: (E, B, in) -> (E, B, out)."""
+    """`num_members` independent linear layers in one batched matmul: (E', B, in) -> (E', B, out), the first E' <= E."""
 
     def __init__(self, num_members: int, in_features: int, out_features: int):
         super().__init__()
@@ -259,7 +259,7 @@ class EnsembleLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(num_members, 1, out_features).uniform_(-bound, bound))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
+        return torch.baddbmm(self.bias[: x.shape[0]], x, self.weight[: x.shape[0]])
 
 
 class Critic(nn.Module):
@@ -273,9 +273,9 @@ class Critic(nn.Module):
         self.fc2 = EnsembleLinear(num_critics, hidden_dim + in_dim, hidden_dim)
         self.fc3 = EnsembleLinear(num_critics, hidden_dim, 1)
 
-    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """obs (B, S) or (E, B, S), actions (B, A) or (E, B, A) -> Q values (E, B)."""
-        rows = (self.num_critics, obs.shape[-2])
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, num_critics: int | None = None) -> torch.Tensor:
+        """obs (B, S) or (E, B, S), actions (B, A) or (E, B, A) -> Q values (E, B); num_critics = k: the first k, (k, B)."""
+        rows = (num_critics or self.num_critics, obs.shape[-2])
         x = torch.cat([obs.expand(*rows, -1), actions.expand(*rows, -1)], -1)  # (E, B, S+A)
         h = F.silu(self.fc1(x))
         h = F.silu(self.fc2(torch.cat([h, x], -1)))
@@ -875,9 +875,9 @@ def main(args: Args) -> None:
                     losses["qf_loss"] = qf_loss.detach()
 
                     if num_critic_updates % args.policy_frequency == 0:
-                        actor_loss = -critic(data.obs, actor(data.obs))[0].mean()
+                        actor_loss = -critic(data.obs, actor(data.obs), num_critics=1)[0].mean()
                         actor_optimizer.zero_grad()
-                        actor_loss.backward()
+                        actor_loss.backward(inputs=list(actor.parameters()))  # no gradients for the critic's weights
                         actor_optimizer.step()
                         losses["actor_loss"] = actor_loss.detach()
 

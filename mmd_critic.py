@@ -2,7 +2,7 @@
 
 dsdpg_mmd_sobolev.py without action-gradients (`diff mmd_critic.py dsdpg_mmd_sobolev.py` is the Sobolev part): N returns
 against 2N targets y = r_k + gamma (1 - d) Z'_c(s'_k, a'_k). `--metric msmmd` is the paper's "MSMMD" entry; on returns,
-one-dimensional, the only directions are +1 and -1, so it gives the MMD loss at the cost of the slicing search.
+one-dimensional, the only directions are +1 and -1, so it gives the MMD loss, and the search (which cannot move) is skipped.
 
 Usage:
     python mmd_critic.py --env-id Walker2d-v4 --obs-noise mult
@@ -275,7 +275,7 @@ NOISE_EMBEDDING_DIM = 64
 
 
 class EnsembleLinear(nn.Module):
-    """`num_members` independent linear layers in one batched matmul: (E, B, in) -> (E, B, out)."""
+    """`num_members` independent linear layers in one batched matmul: (E', B, in) -> (E', B, out), the first E' <= E."""
 
     def __init__(self, num_members: int, in_features: int, out_features: int):
         super().__init__()
@@ -284,7 +284,7 @@ class EnsembleLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(num_members, 1, out_features).uniform_(-bound, bound))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
+        return torch.baddbmm(self.bias[: x.shape[0]], x, self.weight[: x.shape[0]])
 
 
 class Critic(nn.Module):
@@ -303,8 +303,9 @@ class Critic(nn.Module):
         self.fc3 = EnsembleLinear(num_critics, hidden_dim, 1)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        """obs (R, S) or (E, R, S), actions (R, A) or (E, R, A), noise (E, R, noise_dim) -> return samples (E, R)."""
-        rows = (self.num_critics, obs.shape[-2])
+        """obs (R, S) or (E, R, S), actions (R, A) or (E, R, A), noise (E', R, noise_dim) -> return samples (E', R) of the
+        first E' <= E critics."""
+        rows = (noise.shape[0], obs.shape[-2])
         embedding = F.silu(self.noise2(F.silu(self.noise1(noise))))  # (E, R, 64)
         x = torch.cat([obs.expand(*rows, -1), actions.expand(*rows, -1), embedding], -1)  # (E, R, S+A+64)
         h = F.silu(self.fc1(x))
@@ -698,10 +699,10 @@ def max_sliced_mmd2(x: torch.Tensor, y: torch.Tensor, h: float, steps: int, lr: 
     weighted_diffs = diffs * (-(h**2) * weights).unsqueeze(-1)  # (..., P, d)
     theta = F.normalize(torch.randn(*lead, 1, d, device=x.device), dim=-1)  # (..., 1, d)
     first_moment, second_moment = torch.zeros_like(theta), torch.zeros_like(theta)
-    for step in range(1, steps + 1):
+    for step in range(1, steps + 1 if d > 1 else 1):  # d = 1: the only directions +-1 give the same MMD^2, no search
         projected = theta @ diffs_t  # (..., 1, P)
         grad = (projected * torch.rsqrt(1.0 + h**2 * projected**2)) @ weighted_diffs  # (..., 1, d)
-        grad = grad - (grad * theta).sum(-1, keepdim=True) * theta  # along the sphere: 0 when d = 1
+        grad = grad - (grad * theta).sum(-1, keepdim=True) * theta  # along the sphere
         first_moment.lerp_(grad, 0.1)
         second_moment.mul_(0.999).addcmul_(grad, grad, value=0.001)
         ascent = lr * (first_moment / (1 - 0.9**step)) / ((second_moment / (1 - 0.999**step)).sqrt() + 1e-8)
@@ -967,9 +968,9 @@ def main(args: Args) -> None:
                     if num_critic_updates % args.policy_frequency == 0:
                         policy_obs = data.obs.repeat_interleave(args.num_samples_policy, 0)  # (B*M, S)
                         critic_noise = torch.randn(critic.num_critics, policy_obs.shape[0], args.noise_dim, device=device)
-                        actor_loss = -critic(policy_obs, actor(policy_obs), critic_noise)[0].mean()
+                        actor_loss = -critic(policy_obs, actor(policy_obs), critic_noise[:1])[0].mean()
                         actor_optimizer.zero_grad()
-                        actor_loss.backward()
+                        actor_loss.backward(inputs=list(actor.parameters()))  # no gradients for the critic's weights
                         actor_optimizer.step()
                         losses["actor_loss"] = actor_loss.detach()
 

@@ -4,9 +4,9 @@ Every script runs in this one process, at paper sizes unless flags say otherwise
 is measured by difference: the script's own `main()` is run to `--learning-starts` steps (no critic updates yet) and
 to `--learning-starts` + K steps, both from the same seed, and (T(start + K) - T(start)) / K is the cost of one
 iteration after learning starts: the env step, the world-model step and the `--updates-per-step` critic updates with
-their actor updates. K is chosen per script from a short probe so that the timed part lasts about `--seconds`.
-FLOPs per iteration are counted the same way under `torch.utils.flop_counter.FlopCounterMode` (two short runs),
-and divided by the time to give the achieved FLOP/s, reported against the machine's dense fp32 matmul FLOP/s
+their actor updates. K is chosen per script from probes of doubling length so that the timed part lasts about
+`--seconds`. FLOPs per iteration are counted the same way under `torch.utils.flop_counter.FlopCounterMode` (two short
+runs), and divided by the time to give the achieved FLOP/s, reported against the machine's dense fp32 matmul FLOP/s
 measured in the same process.
 
 Usage:
@@ -117,6 +117,16 @@ def matmul_flops_per_second(n: int = 2048, repeats: int = 10) -> float:
     return 2 * n**3 * repeats / (time.perf_counter() - start)
 
 
+def timed_iterations(module, args: Args, variant: list[str]) -> int:
+    """How many iterations take about `--seconds` beyond the base run: probes of 2, 4, 8, ... iterations until one
+    lasts a quarter of that (shorter probes drown in the run-to-run noise of the base run), then scaled, at least 5."""
+    base = run(module, args, args.learning_starts, variant)
+    probe = 2
+    while (extra := run(module, args, args.learning_starts + probe, variant) - base) < args.seconds / 4:
+        probe *= 2
+    return max(5, probe, math.ceil(probe * args.seconds / extra))
+
+
 def main(args: Args) -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -128,9 +138,7 @@ def main(args: Args) -> None:
         name, _, settings = entry.partition("@")
         variant = settings.split(",") if settings else []
         module = importlib.import_module(name.removesuffix(".py"))
-        base = run(module, args, args.learning_starts, variant)
-        probe = (run(module, args, args.learning_starts + 3, variant) - base) / 3
-        iterations = max(5, math.ceil(args.seconds / max(probe, 1e-3)))
+        iterations = timed_iterations(module, args, variant)
         seconds = run(module, args, args.learning_starts + iterations, variant) - run(module, args, args.learning_starts, variant)
         ms = 1e3 * seconds / iterations
         flops = flops_per_iteration(module, args, variant)

@@ -31,6 +31,18 @@ def float64():
     torch.set_default_dtype(torch.float32)
 
 
+@pytest.mark.parametrize("module", [dsdpg, dsdpg_ms])
+def test_critic_evaluates_as_many_critics_as_noise_draws(module):
+    """The actor's loss passes critic 1's noise alone: the result is critic 1's samples of the twin evaluation."""
+    torch.manual_seed(0)
+    critic = module.Critic(obs_dim=3, act_dim=2, hidden_dim=8, noise_dim=4)
+    obs, actions, noise = torch.randn(5, 3), torch.randn(5, 2), torch.randn(2, 5, 4)
+    both = critic(obs, actions, noise)
+    assert both.shape == (2, 5) and critic(obs, actions, noise[:1]).shape == (1, 5)
+    torch.testing.assert_close(critic(obs, actions, noise[:1])[0], both[0], rtol=0, atol=0)
+    assert not torch.allclose(both[0], both[1])
+
+
 # ESTIMATORS
 def loop_kernel(u: np.ndarray, v: np.ndarray, h: float) -> float:
     return -math.sqrt(1.0 + h**2 * float(np.sum((u - v) ** 2)))

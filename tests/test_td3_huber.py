@@ -128,6 +128,19 @@ def test_ensemble_critic_equals_two_independent_networks():
         torch.testing.assert_close(q[e], (h @ critic.fc3.weight[e] + critic.fc3.bias[e])[:, 0])
 
 
+def test_first_critic_alone_equals_critic_one_of_the_pair_and_trains_only_the_actor():
+    """The actor's loss evaluates critic 1 alone (num_critics=1) and differentiates only into the actor."""
+    torch.manual_seed(0)
+    critic, actor = Critic(obs_dim=3, act_dim=2, hidden_dim=8), td3_huber.Actor(3, 2, 8)
+    obs = torch.randn(5, 3)
+    alone = critic(obs, actor(obs), num_critics=1)
+    assert alone.shape == (1, 5)
+    torch.testing.assert_close(alone[0], critic(obs, actor(obs))[0], rtol=0, atol=0)
+    (-alone[0].mean()).backward(inputs=list(actor.parameters()))
+    assert all(p.grad is None for p in critic.parameters())
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in actor.parameters())
+
+
 def test_td_targets_take_the_minimum_and_mask_terminal_states():
     torch.manual_seed(0)
     actor, critic = td3_huber.Actor(3, 2, 8), Critic(3, 2, 8)
