@@ -619,10 +619,10 @@ class ReplayBuffer:
         return ReplayBatch(self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.terminations[idx])
 
     def state_dict(self) -> dict:
-        keep = slice(0, self.size)
-        return {"pos": self.pos, "size": self.size, "obs": self.obs[keep].cpu(), "actions": self.actions[keep].cpu(),
-                "rewards": self.rewards[keep].cpu(), "next_obs": self.next_obs[keep].cpu(),
-                "terminations": self.terminations[keep].cpu()}
+        """The filled rows, copied: a saved view would drag the whole preallocated storage into the checkpoint."""
+        names = ("obs", "actions", "rewards", "next_obs", "terminations")
+        rows = {name: getattr(self, name)[: self.size].to("cpu", copy=True) for name in names}
+        return {"pos": self.pos, "size": self.size, **rows}
 
     def load_state_dict(self, state: dict) -> None:
         self.pos, self.size = state["pos"], state["size"]
