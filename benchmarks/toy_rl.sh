@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The paper's toy RL experiment at CPU scale: all six RL scripts on the point mass with 3 and 5 bonus locations,
-# 3 seeds, 15 000 env steps each (about 2 hours on 2 CPU cores with 2 workers). Resumable: re-run to finish.
+# 3 seeds, 15 000 env steps each. One run takes 3-5 min (td3_huber, mage_huber_sobolev, iqn, mmd_critic) to 10-15 min
+# (the DSDPG scripts) on one core, so the 36 runs are about 8 CPU-hours: about 4 hours with 2 workers on 2 cores.
+# Resumable: re-run to finish. The finished runs' summary.json files are committed under benchmarks/toy_rl/grid, so a
+# fresh clone resumes the grid where it stopped:
 #   bash benchmarks/toy_rl.sh [GRID_DIR]            then
-#   python benchmarks/aggregate.py GRID_DIR --out benchmarks/toy_rl
+#   python benchmarks/aggregate.py benchmarks/toy_rl/grid --out benchmarks/toy_rl
 set -euo pipefail
 cd "$(dirname "$0")/.."
-GRID_DIR=${1:-runs_grid/toy_rl}
+GRID_DIR=${1:-benchmarks/toy_rl/grid}
 COMMON="--total-timesteps 15000 --learning-starts 1000 --hidden-dim 64 --wm-hidden-dim 64 --batch-size 64 \
 --updates-per-step 1 --learning-rate 1e-3 --wm-learning-rate 1e-3 --eval-frequency 1000 --eval-episodes 20 \
 --checkpoint-frequency 5000"
