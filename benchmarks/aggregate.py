@@ -251,7 +251,7 @@ def plot_bars(path: str, groups: dict, rows: list[dict], metric: str, label: str
             ax.set_xticks(range(len(scripts)), scripts, rotation=35, ha="right", fontsize=7)
             ax.set_ylabel(label, fontsize=8)
             ax.tick_params(axis="y", labelsize=7)
-    fig.suptitle(f"{label}: median over seeds, 95% bootstrap CI, dots = seeds")
+    fig.suptitle(f"{label}: median over seeds,\n95% bootstrap CI, dots = seeds", fontsize=10)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -276,7 +276,7 @@ def plot_curves(path: str, groups: dict) -> None:
         ax.tick_params(labelsize=7)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    fig.suptitle("Eval return: median over seeds (number of seeds), 25-75% band")
+    fig.suptitle("Eval return: median over seeds\n(number of seeds), 25-75% band", fontsize=10)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
