@@ -715,15 +715,17 @@ def max_sliced_mmd2(
     theta = torch.randn(*lead, d, device=x.device) if initial_theta is None else initial_theta.detach()
     theta = F.normalize(theta.expand(*lead, d), dim=-1).unsqueeze(-2)  # (..., 1, d)
     first_moment, second_moment = torch.zeros_like(theta), torch.zeros_like(theta)
-    beta1, beta2, eps = 0.9, 0.999, 1e-8
-    for step in range(1, steps + 1):
+    beta1, beta2, eps, one = 0.9, 0.999, 1e-8, x.new_ones(())
+    for step in range(1, steps + 1):  # few, in-place operations: at small sizes a step costs one dispatch per operation
         projected = theta @ diffs_t  # (..., 1, P)
-        grad = (projected * torch.rsqrt(1.0 + h**2 * projected**2)) @ weighted_diffs  # (..., 1, d): k' of -sqrt(1 + h^2 t^2)
-        grad = grad - (grad * theta).sum(-1, keepdim=True) * theta  # d MMD^2(w / |w|) / dw at |w| = 1
+        slope = torch.addcmul(one, projected, projected, value=h**2).rsqrt_().mul_(projected)  # k' of -sqrt(1 + h^2 t^2)
+        grad = slope @ weighted_diffs  # (..., 1, d)
+        grad -= (grad @ theta.transpose(-1, -2)) * theta  # d MMD^2(w / |w|) / dw at |w| = 1
         first_moment.lerp_(grad, 1 - beta1)
         second_moment.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        ascent = lr * (first_moment / (1 - beta1**step)) / ((second_moment / (1 - beta2**step)).sqrt() + eps)
-        theta = F.normalize(theta + ascent, dim=-1)
+        denominator = (second_moment.sqrt() / math.sqrt(1 - beta2**step)).add_(eps)
+        theta = theta.addcdiv(first_moment, denominator, value=lr / (1 - beta1**step))  # Adam's ascent step
+        theta = theta / theta.norm(dim=-1, keepdim=True)
     theta = theta.squeeze(-2)
     return mmd2(x @ theta.unsqueeze(-1), y @ theta.unsqueeze(-1), h, estimator), theta
 
