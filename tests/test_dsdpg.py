@@ -39,7 +39,7 @@ def test_critic_evaluates_as_many_critics_as_noise_draws(module):
     obs, actions, noise = torch.randn(5, 3), torch.randn(5, 2), torch.randn(2, 5, 4)
     both = critic(obs, actions, noise)
     assert both.shape == (2, 5) and critic(obs, actions, noise[:1]).shape == (1, 5)
-    torch.testing.assert_close(critic(obs, actions, noise[:1])[0], both[0], rtol=0, atol=0)
+    torch.testing.assert_close(critic(obs, actions, noise[:1])[0], both[0])  # equal up to the matmul kernels rounding
     assert not torch.allclose(both[0], both[1])
 
 

@@ -135,7 +135,7 @@ def test_first_critic_alone_equals_critic_one_of_the_pair_and_trains_only_the_ac
     obs = torch.randn(5, 3)
     alone = critic(obs, actor(obs), num_critics=1)
     assert alone.shape == (1, 5)
-    torch.testing.assert_close(alone[0], critic(obs, actor(obs))[0], rtol=0, atol=0)
+    torch.testing.assert_close(alone[0], critic(obs, actor(obs))[0])  # equal up to the matmul kernels rounding
     (-alone[0].mean()).backward(inputs=list(actor.parameters()))
     assert all(p.grad is None for p in critic.parameters())
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in actor.parameters())
