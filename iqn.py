@@ -627,6 +627,8 @@ class ReplayBatch(NamedTuple):
 class ReplayBuffer:
     """Uniform replay of real transitions, stored on the training device."""
 
+    fields = ("obs", "actions", "rewards", "next_obs", "terminations")
+
     def __init__(self, obs_dim: int, act_dim: int, capacity: int, device: torch.device):
         self.capacity = capacity
         self.obs = torch.zeros(capacity, obs_dim, device=device)
@@ -652,13 +654,12 @@ class ReplayBuffer:
 
     def state_dict(self) -> dict:
         """The filled rows, copied: a saved view would drag the whole preallocated storage into the checkpoint."""
-        names = ("obs", "actions", "rewards", "next_obs", "terminations")
-        rows = {name: getattr(self, name)[: self.size].to("cpu", copy=True) for name in names}
+        rows = {name: getattr(self, name)[: self.size].to("cpu", copy=True) for name in self.fields}
         return {"pos": self.pos, "size": self.size, **rows}
 
     def load_state_dict(self, state: dict) -> None:
         self.pos, self.size = state["pos"], state["size"]
-        for name in ("obs", "actions", "rewards", "next_obs", "terminations"):
+        for name in self.fields:
             getattr(self, name)[: self.size] = state[name]
 
 
