@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The paper's toy RL experiment at CPU scale: all six RL scripts on the point mass with 3 and 5 bonus locations,
-# 3 seeds, 15 000 env steps each. One run takes 3-5 min (td3_huber, mage_huber_sobolev, iqn, mmd_critic) to 10-15 min
-# (the DSDPG scripts) on one core, so the 36 runs are about 8 CPU-hours: about 4 hours with 2 workers on 2 cores.
-# Resumable: re-run to finish. The finished runs' summary.json files are committed under benchmarks/toy_rl/grid, so a
-# fresh clone resumes the grid where it stopped:
-#   bash benchmarks/toy_rl.sh [GRID_DIR]            then
-#   python benchmarks/aggregate.py benchmarks/toy_rl/grid --out benchmarks/toy_rl
+# 3 seeds, 15 000 env steps each. One run takes, on one core with a second run beside it, about 3 min (td3_huber,
+# mage_huber_sobolev), 4-5 min (iqn, mmd_critic), 7-8 min (dsdpg_mmd_sobolev) and 13-15 min (dsdpg_msmmd_sobolev), so
+# the 36 runs are about 3.7 CPU-hours: about 2 hours with 2 workers on 2 cores.
+# Resumable: re-run to finish. The runs' summary.json files are committed under benchmarks/toy_rl/grid (the default
+# GRID_DIR), so there it finds nothing left to run; to rerun the whole grid, give it a new folder:
+#   bash benchmarks/toy_rl.sh runs_grid/toy_rl        then
+#   python benchmarks/aggregate.py runs_grid/toy_rl --out DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GRID_DIR=${1:-benchmarks/toy_rl/grid}
