@@ -817,10 +817,11 @@ def main(args: Args) -> None:
     critic = Critic(obs_dim, act_dim, args.hidden_dim, args.num_cosines).to(device)
     target_actor = copy.deepcopy(actor).requires_grad_(False)
     target_critic = copy.deepcopy(critic).requires_grad_(False)
-    actor_optimizer = torch.optim.RAdam(actor.parameters(), lr=args.learning_rate)
-    critic_optimizer = torch.optim.RAdam(critic.parameters(), lr=args.learning_rate)
+    # foreach: each RAdam operation runs once over all of a network's tensors (torch's CPU default loops over them)
+    actor_optimizer = torch.optim.RAdam(actor.parameters(), lr=args.learning_rate, foreach=True)
+    critic_optimizer = torch.optim.RAdam(critic.parameters(), lr=args.learning_rate, foreach=True)
     world_model = make_world_model(args.world_model, obs_dim, act_dim, args.wm_hidden_dim).to(device)
-    wm_optimizer = torch.optim.RAdam(world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4)
+    wm_optimizer = torch.optim.RAdam(world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4, foreach=True)
     rb = ReplayBuffer(obs_dim, act_dim, args.buffer_size, device)
     if args.compile:
         torch._inductor.config.fallback_random = True  # compiled code draws the same random numbers as eager code
