@@ -688,26 +688,26 @@ def max_sliced_mmd2(x: torch.Tensor, y: torch.Tensor, h: float, steps: int, lr: 
     """Max-sliced MMD^2 of x (..., n, d), y (..., m, d) -> (...), as in dsdpg_msmmd_sobolev.py (search on the sphere)."""
     n, m, d = x.shape[-2], y.shape[-2], x.shape[-1]
     lead = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
-    xd, yd = x.detach().expand(*lead, n, d), y.detach().expand(*lead, m, d)
-    xi, xj = torch.triu_indices(n, n, 1, device=x.device)
-    yi, yj = torch.triu_indices(m, m, 1, device=x.device)
-    diffs = torch.cat([xd[..., xi, :] - xd[..., xj, :], yd[..., yi, :] - yd[..., yj, :],
-                       (xd.unsqueeze(-2) - yd.unsqueeze(-3)).flatten(-3, -2)], -2)  # (..., P, d) all pairs
-    within = (n * n, m * m) if estimator == "biased" else (n * (n - 1), m * (m - 1))
-    weights = torch.cat([x.new_full((xi.shape[0],), 2.0 / within[0]), x.new_full((yi.shape[0],), 2.0 / within[1]),
-                         x.new_full((n * m,), -2.0 / (n * m))])  # (P,) MMD^2 = sum_p weights_p k(theta . diffs_p)
-    diffs_t = diffs.transpose(-1, -2).contiguous()  # (..., d, P): row-vector products are the fast layout on CPU
-    weighted_diffs = diffs * (-(h**2) * weights).unsqueeze(-1)  # (..., P, d)
     theta = F.normalize(torch.randn(*lead, 1, d, device=x.device), dim=-1)  # (..., 1, d)
-    first_moment, second_moment = torch.zeros_like(theta), torch.zeros_like(theta)
-    for step in range(1, steps + 1 if d > 1 else 1):  # d = 1: the only directions +-1 give the same MMD^2, no search
-        projected = theta @ diffs_t  # (..., 1, P)
-        grad = (projected * torch.rsqrt(1.0 + h**2 * projected**2)) @ weighted_diffs  # (..., 1, d)
-        grad = grad - (grad * theta).sum(-1, keepdim=True) * theta  # along the sphere
-        first_moment.lerp_(grad, 0.1)
-        second_moment.mul_(0.999).addcmul_(grad, grad, value=0.001)
-        ascent = lr * (first_moment / (1 - 0.9**step)) / ((second_moment / (1 - 0.999**step)).sqrt() + 1e-8)
-        theta = F.normalize(theta + ascent, dim=-1)
+    if d > 1:  # on returns (d = 1) the only directions, +1 and -1, give the same MMD^2: nothing to search
+        xd, yd = x.detach().expand(*lead, n, d), y.detach().expand(*lead, m, d)
+        (xi, xj), (yi, yj) = torch.triu_indices(n, n, 1, device=x.device), torch.triu_indices(m, m, 1, device=x.device)
+        diffs = torch.cat([xd[..., xi, :] - xd[..., xj, :], yd[..., yi, :] - yd[..., yj, :],
+                           (xd.unsqueeze(-2) - yd.unsqueeze(-3)).flatten(-3, -2)], -2)  # (..., P, d) all pairs
+        within = (n * n, m * m) if estimator == "biased" else (n * (n - 1), m * (m - 1))
+        weights = torch.cat([x.new_full((xi.shape[0],), 2.0 / within[0]), x.new_full((yi.shape[0],), 2.0 / within[1]),
+                             x.new_full((n * m,), -2.0 / (n * m))])  # (P,) MMD^2 = sum_p weights_p k(theta . diffs_p)
+        diffs_t = diffs.transpose(-1, -2).contiguous()  # (..., d, P): row-vector products are the fast layout on CPU
+        weighted_diffs = diffs * (-(h**2) * weights).unsqueeze(-1)  # (..., P, d)
+        first_moment, second_moment = torch.zeros_like(theta), torch.zeros_like(theta)
+        for step in range(1, steps + 1):
+            projected = theta @ diffs_t  # (..., 1, P)
+            grad = (projected * torch.rsqrt(1.0 + h**2 * projected**2)) @ weighted_diffs  # (..., 1, d)
+            grad = grad - (grad * theta).sum(-1, keepdim=True) * theta  # along the sphere
+            first_moment.lerp_(grad, 0.1)
+            second_moment.mul_(0.999).addcmul_(grad, grad, value=0.001)
+            ascent = lr * (first_moment / (1 - 0.9**step)) / ((second_moment / (1 - 0.999**step)).sqrt() + 1e-8)
+            theta = F.normalize(theta + ascent, dim=-1)
     return mmd2(x @ theta.transpose(-1, -2), y @ theta.transpose(-1, -2), h, estimator)
 
 
