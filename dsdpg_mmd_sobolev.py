@@ -958,8 +958,8 @@ def main(args: Args) -> None:
 
                     if num_critic_updates % args.policy_frequency == 0:
                         policy_obs = data.obs.repeat_interleave(args.num_samples_policy, 0)  # (B*M, S)
-                        critic_noise = torch.randn(critic.num_critics, policy_obs.shape[0], args.noise_dim, device=device)
-                        actor_loss = -critic(policy_obs, actor(policy_obs), critic_noise[:1])[0].mean()
+                        critic_noise = torch.randn(1, policy_obs.shape[0], args.noise_dim, device=device)  # critic 1's alone
+                        actor_loss = -critic(policy_obs, actor(policy_obs), critic_noise)[0].mean()
                         actor_optimizer.zero_grad()
                         actor_loss.backward(inputs=list(actor.parameters()))  # no gradients for the critic's weights
                         actor_optimizer.step()

@@ -935,8 +935,8 @@ def main(args: Args) -> None:
 
                     if num_critic_updates % args.policy_frequency == 0:
                         policy_obs = data.obs.repeat_interleave(args.num_samples_policy, 0)  # (B*M, S)
-                        policy_taus = torch.rand(critic.num_critics, policy_obs.shape[0], device=device)
-                        actor_loss = -critic(policy_obs, actor(policy_obs), policy_taus[:1])[0].mean()
+                        policy_taus = torch.rand(1, policy_obs.shape[0], device=device)  # critic 1's alone
+                        actor_loss = -critic(policy_obs, actor(policy_obs), policy_taus)[0].mean()
                         actor_optimizer.zero_grad()
                         actor_loss.backward(inputs=list(actor.parameters()))  # no gradients for the critic's weights
                         actor_optimizer.step()
