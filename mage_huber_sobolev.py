@@ -259,6 +259,8 @@ class EnsembleLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(num_members, 1, out_features).uniform_(-bound, bound))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] == self.weight.shape[0]:  # all members: no slicing (its backward would zero-pad every gradient)
+            return torch.baddbmm(self.bias, x, self.weight)
         return torch.baddbmm(self.bias[: x.shape[0]], x, self.weight[: x.shape[0]])
 
 
@@ -340,11 +342,12 @@ class RunningNormaliser(nn.Module):
         self.mean.copy_(self.total_mean)
         self.std.copy_((self.total_m2 / self.count).sqrt().clamp_min(self.min_std))
 
-    def normalise(self, x: torch.Tensor) -> torch.Tensor:
-        return (x - self.mean) / self.std
+    def normalise(self, x: torch.Tensor, part: slice = slice(None)) -> torch.Tensor:
+        """x (..., d) -> (x - mean) / std, with the statistics of the coordinates `part` (d of them)."""
+        return (x - self.mean[part]) / self.std[part]
 
-    def denormalise(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.std + self.mean
+    def denormalise(self, x: torch.Tensor, part: slice = slice(None)) -> torch.Tensor:
+        return x * self.std[part] + self.mean[part]
 
 
 class WorldModel(nn.Module):
@@ -359,23 +362,19 @@ class WorldModel(nn.Module):
         super().__init__()
         self.latent_dim = obs_dim + 1
         self.kl_weight = kl_weight
-        self.obs_normaliser = RunningNormaliser(obs_dim)
-        self.action_normaliser = RunningNormaliser(act_dim)
-        self.delta_normaliser = RunningNormaliser(obs_dim)
-        self.reward_normaliser = RunningNormaliser(1)
         cond_dim = obs_dim + act_dim
+        self.normaliser = RunningNormaliser(cond_dim + obs_dim + 1)  # statistics of (s, a, ds, r), one update per step
+        self.cond_part, self.out_part = slice(0, cond_dim), slice(cond_dim, None)  # (s, a) and (ds, r)
         self.prior = SkipMLP(cond_dim, hidden_dim, 2 * self.latent_dim)
         self.encoder = SkipMLP(cond_dim + obs_dim + 1, hidden_dim, 2 * self.latent_dim)
         self.decoder = SkipMLP(cond_dim + self.latent_dim, hidden_dim, obs_dim + 1)
 
-    def update_normalisers(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> None:
-        self.obs_normaliser.update(obs)
-        self.action_normaliser.update(actions)
-        self.delta_normaliser.update(next_obs - obs)
-        self.reward_normaliser.update(rewards)
+    def update_normaliser(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> None:
+        """obs (..., S), actions (..., A), rewards (..., 1), next_obs (..., S)."""
+        self.normaliser.update(torch.cat([obs, actions, next_obs - obs, rewards], -1))
 
     def condition(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.obs_normaliser.normalise(obs), self.action_normaliser.normalise(actions)], -1)
+        return self.normaliser.normalise(torch.cat([obs, actions], -1), self.cond_part)
 
     @staticmethod
     def gaussian(params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -385,9 +384,7 @@ class WorldModel(nn.Module):
     def loss(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
         """Negative ELBO (up to constants) of a batch: obs (B, S), actions (B, A), rewards (B,), next_obs (B, S)."""
         cond = self.condition(obs, actions)  # (B, S+A)
-        target = torch.cat(
-            [self.delta_normaliser.normalise(next_obs - obs), self.reward_normaliser.normalise(rewards[:, None])], -1
-        )  # (B, S+1)
+        target = self.normaliser.normalise(torch.cat([next_obs - obs, rewards[:, None]], -1), self.out_part)  # (B, S+1)
         q_mean, q_log_std = self.gaussian(self.encoder(torch.cat([cond, target], -1)))  # (B, L) each
         p_mean, p_log_std = self.gaussian(self.prior(cond))
         eps = q_mean + q_log_std.exp() * torch.randn_like(q_mean)
@@ -410,8 +407,8 @@ class WorldModel(nn.Module):
             noise = torch.randn(obs.shape[0], n, self.latent_dim, device=obs.device)
         eps = p_mean[:, None] + p_log_std.exp()[:, None] * noise  # (B, n, L)
         out = self.decoder(torch.cat([cond[:, None].expand(-1, n, -1), eps], -1))  # (B, n, S+1)
-        next_obs = obs[:, None] + self.delta_normaliser.denormalise(out[..., :-1])
-        rewards = self.reward_normaliser.denormalise(out[..., -1:]).squeeze(-1)
+        out = self.normaliser.denormalise(out, self.out_part)
+        next_obs, rewards = obs[:, None] + out[..., :-1], out[..., -1]
         return next_obs, rewards
 
 
@@ -515,24 +512,20 @@ class FlowWorldModel(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, hidden_dim: int, num_couplings: int = 4, scale_bound: float = 2.0):
         super().__init__()
         self.latent_dim = self.dim = obs_dim + 1
-        self.obs_normaliser = RunningNormaliser(obs_dim)
-        self.action_normaliser = RunningNormaliser(act_dim)
-        self.delta_normaliser = RunningNormaliser(obs_dim)
-        self.reward_normaliser = RunningNormaliser(1)
         cond_dim = obs_dim + act_dim
+        self.normaliser = RunningNormaliser(cond_dim + obs_dim + 1)  # statistics of (s, a, ds, r), one update per step
+        self.cond_part, self.out_part = slice(0, cond_dim), slice(cond_dim, None)  # (s, a) and (ds, r)
         self.mixes = nn.ModuleList([InvertibleLinear(self.dim) for _ in range(num_couplings)])
         self.couplings = nn.ModuleList(
             [AffineCoupling(self.dim, cond_dim, hidden_dim, k % 2 == 1, scale_bound) for k in range(num_couplings)]
         )
 
-    def update_normalisers(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> None:
-        self.obs_normaliser.update(obs)
-        self.action_normaliser.update(actions)
-        self.delta_normaliser.update(next_obs - obs)
-        self.reward_normaliser.update(rewards)
+    def update_normaliser(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> None:
+        """obs (..., S), actions (..., A), rewards (..., 1), next_obs (..., S)."""
+        self.normaliser.update(torch.cat([obs, actions, next_obs - obs, rewards], -1))
 
     def condition(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.obs_normaliser.normalise(obs), self.action_normaliser.normalise(actions)], -1)
+        return self.normaliser.normalise(torch.cat([obs, actions], -1), self.cond_part)
 
     def forward_transform(self, x: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x (..., D), cond (..., C) -> (z (..., D), log|det dz/dx| (...))."""
@@ -557,9 +550,7 @@ class FlowWorldModel(nn.Module):
     def loss(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
         """Negative mean log-likelihood of normalised (ds, r): obs (B, S), actions (B, A), rewards (B,), next_obs (B, S)."""
         cond = self.condition(obs, actions)  # (B, S+A)
-        target = torch.cat(
-            [self.delta_normaliser.normalise(next_obs - obs), self.reward_normaliser.normalise(rewards[:, None])], -1
-        )  # (B, S+1)
+        target = self.normaliser.normalise(torch.cat([next_obs - obs, rewards[:, None]], -1), self.out_part)  # (B, S+1)
         return -self.log_prob(target, cond).mean()
 
     def sample(
@@ -571,8 +562,8 @@ class FlowWorldModel(nn.Module):
         if noise is None:
             noise = torch.randn(obs.shape[0], n, self.dim, device=obs.device)
         out = self.inverse_transform(noise, cond)  # (B, n, S+1)
-        next_obs = obs[:, None] + self.delta_normaliser.denormalise(out[..., :-1])
-        rewards = self.reward_normaliser.denormalise(out[..., -1:]).squeeze(-1)
+        out = self.normaliser.denormalise(out, self.out_part)
+        next_obs, rewards = obs[:, None] + out[..., :-1], out[..., -1]
         return next_obs, rewards
 
 
@@ -848,7 +839,7 @@ def main(args: Args) -> None:
             action_t = torch.as_tensor(action, device=device)
             next_obs_t = torch.as_tensor(next_obs, device=device)
             rb.add(obs_t, action_t, float(reward), next_obs_t, terminated)
-            world_model.update_normalisers(obs_t, action_t, torch.tensor([float(reward)], device=device), next_obs_t)
+            world_model.update_normaliser(obs_t, action_t, torch.tensor([float(reward)], device=device), next_obs_t)
             obs = next_obs
 
             # ALGO LOGIC: world model training

@@ -47,7 +47,7 @@ def test_contraction_factor_sees_the_world_models_jacobian():
     """With the cVAE: the same factor from an explicit per-pair autograd Jacobian of one sample path."""
     torch.manual_seed(1)
     model = td3_huber.WorldModel(3, 2, 16)
-    model.update_normalisers(torch.randn(40, 3), torch.rand(40, 2), torch.randn(40, 1), torch.randn(40, 3))
+    model.update_normaliser(torch.randn(40, 3), torch.rand(40, 2), torch.randn(40, 1), torch.randn(40, 3))
     actor = td3_huber.Actor(3, 2, 8)
     obs, actions = torch.randn(4, 3), torch.rand(4, 2) * 2 - 1
     torch.manual_seed(2)
@@ -118,7 +118,7 @@ def test_complete_sobolev_targets_match_finite_differences_in_action_and_state(n
     module = importlib.import_module(name)
     torch.manual_seed(5)
     world_model = module.WorldModel(3, 2, hidden_dim=8)
-    world_model.update_normalisers(torch.randn(50, 3), torch.rand(50, 2) * 2 - 1, torch.randn(50, 1),
+    world_model.update_normaliser(torch.randn(50, 3), torch.rand(50, 2) * 2 - 1, torch.randn(50, 1),
                                    torch.randn(50, 3) * 2)
     actor = module.Actor(3, 2, 8).requires_grad_(False)
     critic = module.Critic(3, 2, 8, noise_dim=4).requires_grad_(False)

@@ -160,8 +160,8 @@ def test_truncate_top_keeps_the_smallest_returns_with_their_gradients(n, p):
 def tiny_target_parts(obs_dim: int = 3, act_dim: int = 2):
     torch.manual_seed(7)
     world_model = dsdpg.WorldModel(obs_dim, act_dim, hidden_dim=8)
-    with torch.no_grad():  # give the normalisers non-trivial statistics
-        world_model.update_normalisers(torch.randn(50, obs_dim), torch.rand(50, act_dim) * 2 - 1, torch.randn(50, 1),
+    with torch.no_grad():  # give the normaliser non-trivial statistics
+        world_model.update_normaliser(torch.randn(50, obs_dim), torch.rand(50, act_dim) * 2 - 1, torch.randn(50, 1),
                                        torch.randn(50, obs_dim) * 2)
     actor = dsdpg.Actor(obs_dim, act_dim, 8).requires_grad_(False)
     critic = dsdpg.Critic(obs_dim, act_dim, 8, noise_dim=4).requires_grad_(False)

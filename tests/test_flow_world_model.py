@@ -73,7 +73,7 @@ def test_fits_linear_gaussian_system() -> None:
     next_obs = obs + actions * b + sigma * torch.randn(n, 2)
     rewards = actions[:, 0] + reward_std * torch.randn(n)
     model = FlowWorldModel(2, 1, hidden_dim=64)
-    model.update_normalisers(obs, actions, rewards[:, None], next_obs)
+    model.update_normaliser(obs, actions, rewards[:, None], next_obs)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
     for _ in range(steps):

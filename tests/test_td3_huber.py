@@ -198,6 +198,30 @@ def test_replay_buffer_checkpoint_holds_the_filled_rows_only(tmp_path):
 
 
 # WORLD MODEL
+def test_world_model_normaliser_tracks_states_actions_deltas_and_rewards():
+    """One running normaliser over (s, a, s' - s, r), fed one transition at a time as the training loop does: its
+    statistics are each quantity's, the conditioning input uses the (s, a) part, samples map back with the (ds, r) part."""
+    rng = np.random.default_rng(0)
+    obs, actions = rng.normal(2.0, 3.0, (300, 2)), rng.uniform(-1.0, 1.0, (300, 1))
+    next_obs, rewards = obs + rng.normal(0.5, 0.1, (300, 2)), rng.normal(-1.0, 4.0, (300, 1))
+    model = WorldModel(obs_dim=2, act_dim=1, hidden_dim=8)
+    for row in range(300):
+        model.update_normaliser(*(torch.as_tensor(x[row], dtype=torch.float32) for x in (obs, actions, rewards, next_obs)))
+    transitions = np.concatenate([obs, actions, next_obs - obs, rewards], 1)  # (300, 6)
+    mean, std = transitions.mean(0), transitions.std(0)
+    np.testing.assert_allclose(model.normaliser.mean.numpy(), mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model.normaliser.std.numpy(), std, rtol=1e-5)
+
+    s, a = torch.tensor([[1.0, -2.0]]), torch.tensor([[0.3]])
+    np.testing.assert_allclose(model.condition(s, a)[0].numpy(), (np.array([1.0, -2.0, 0.3]) - mean[:3]) / std[:3], rtol=1e-5)
+    with torch.no_grad():  # the decoder outputs 1 in normalised coordinates: one std above the mean of (ds, r)
+        model.decoder.out.weight.zero_()
+        model.decoder.out.bias.fill_(1.0)
+        sampled_next, sampled_rewards = model.sample(s, a, 3)  # (1, 3, 2), (1, 3)
+    np.testing.assert_allclose(sampled_next[0].numpy(), np.tile([1.0, -2.0] + mean[3:5] + std[3:5], (3, 1)), rtol=1e-5)
+    np.testing.assert_allclose(sampled_rewards[0].numpy(), np.full(3, mean[5] + std[5]), rtol=1e-5)
+
+
 def test_world_model_fits_a_known_stochastic_system():
     """s' = s + B a + diag(sigma) e, r = a + 0.5 x: the cVAE's samples match the mean, spread and action-gradients."""
     torch.manual_seed(0)
@@ -207,7 +231,7 @@ def test_world_model_fits_a_known_stochastic_system():
     next_obs = obs + actions * b_true + sigma * torch.randn(n, 2)
     rewards = actions[:, 0] + reward_std * torch.randn(n)
     model = WorldModel(obs_dim=2, act_dim=1, hidden_dim=64)
-    model.update_normalisers(obs, actions, rewards[:, None], next_obs)
+    model.update_normaliser(obs, actions, rewards[:, None], next_obs)
     optimizer = torch.optim.RAdam(model.parameters(), lr=1e-3)
     for _ in range(3000):
         idx = torch.randint(0, n, (256,))
