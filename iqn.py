@@ -824,15 +824,18 @@ def main(args: Args) -> None:
     eval_returns: list[float] = []
     obs, _ = env.reset(seed=args.seed)
     if checkpoint is not None:
-        actor.load_state_dict(checkpoint["actor"])
-        critic.load_state_dict(checkpoint["critic"])
-        target_actor.load_state_dict(checkpoint["target_actor"])
-        target_critic.load_state_dict(checkpoint["target_critic"])
-        actor_optimizer.load_state_dict(checkpoint["actor_optimizer"])
-        critic_optimizer.load_state_dict(checkpoint["critic_optimizer"])
-        world_model.load_state_dict(checkpoint["world_model"])
-        wm_optimizer.load_state_dict(checkpoint["wm_optimizer"])
-        rb.load_state_dict(checkpoint["replay_buffer"])
+        try:
+            actor.load_state_dict(checkpoint["actor"])
+            critic.load_state_dict(checkpoint["critic"])
+            target_actor.load_state_dict(checkpoint["target_actor"])
+            target_critic.load_state_dict(checkpoint["target_critic"])
+            actor_optimizer.load_state_dict(checkpoint["actor_optimizer"])
+            critic_optimizer.load_state_dict(checkpoint["critic_optimizer"])
+            world_model.load_state_dict(checkpoint["world_model"])
+            wm_optimizer.load_state_dict(checkpoint["wm_optimizer"])
+            rb.load_state_dict(checkpoint["replay_buffer"])
+        except (RuntimeError, KeyError, ValueError) as error:  # e.g. a checkpoint of an older version of this script
+            fail(f"cannot resume from {args.resume!r}: {' '.join(str(error).split())}")
         start_step, num_critic_updates = checkpoint["global_step"], checkpoint["num_critic_updates"]
         eval_steps, eval_returns = checkpoint["eval_steps"], checkpoint["eval_returns"]
         previous_wall_time = checkpoint["wall_time_s"]

@@ -337,6 +337,22 @@ def test_resume_continues_exactly_as_an_uninterrupted_run(tmp_path, monkeypatch)
     assert read_summary(resumed_dir)["wall_time_s"] > kept["wall_time_s"] > 0  # time before the stop is counted
 
 
+def test_resuming_a_checkpoint_that_does_not_fit_the_networks_fails_in_one_line(tmp_path):
+    """A checkpoint whose world model has other parameter names (as an older version of the script wrote: four
+    normalisers) is refused with one line naming the checkpoint, not a traceback."""
+    result = run_script("td3_huber.py", "--env-id", "PointMass-v0", "--total-timesteps", "60",
+                        *TINY, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    path = only_run_dir(tmp_path) / "checkpoint.pt"
+    state = torch.load(path, weights_only=True)
+    state["world_model"] = {name.replace("normaliser.", "obs_normaliser."): value for name, value in state["world_model"].items()}
+    torch.save(state, path)
+    result = run_script("td3_huber.py", "--resume", str(path), "--total-timesteps", "80", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    lines = error_lines(result)
+    assert len(lines) == 1 and "cannot resume from" in lines[0] and "obs_normaliser" in lines[0], result.stderr
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
