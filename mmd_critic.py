@@ -615,9 +615,7 @@ class ReplayBatch(NamedTuple):
 
 
 class ReplayBuffer:
-    """Uniform replay of real transitions, stored on the training device."""
-
-    fields = ("obs", "actions", "rewards", "next_obs", "terminations")
+    """Uniform replay of real transitions, stored on the training device, one tensor per field of ReplayBatch."""
 
     def __init__(self, obs_dim: int, act_dim: int, capacity: int, device: torch.device):
         self.capacity = capacity
@@ -644,12 +642,12 @@ class ReplayBuffer:
 
     def state_dict(self) -> dict:
         """The filled rows, copied: a saved view would drag the whole preallocated storage into the checkpoint."""
-        rows = {name: getattr(self, name)[: self.size].to("cpu", copy=True) for name in self.fields}
+        rows = {name: getattr(self, name)[: self.size].to("cpu", copy=True) for name in ReplayBatch._fields}
         return {"pos": self.pos, "size": self.size, **rows}
 
     def load_state_dict(self, state: dict) -> None:
         self.pos, self.size = state["pos"], state["size"]
-        for name in self.fields:
+        for name in ReplayBatch._fields:
             getattr(self, name)[: self.size] = state[name]
 
 
