@@ -24,6 +24,10 @@ Choices the paper leaves open, fixed here:
     * World model: reconstruction error summed over the |S|+1 normalised outputs, plus 0.1 x KL summed over the
       latent dimensions; normalisation uses running statistics of everything added to the replay buffer (the
       standard deviation floored at 1e-2); the decoder output is the sample (no extra decoder noise).
+    * Dyna targets take the replay row's reward value, paired with that row's termination flag, and the world
+      model's reward gradient d r^/da (`--dyna-reward replay`). Where the reward is a random terminal event (the
+      point mass's bonus) a model reward drawn beside the real flag breaks their pairing and undervalues the states
+      before the event; `--dyna-reward model` (the model's r^, the paper's literal reading) keeps that choice open.
     * Evaluation: every `--eval-frequency` steps and at the end, `--eval-episodes` deterministic episodes in the
       same (noisy) env, reset with the same seeds every time so curves compare policies, not episodes.
     * Checkpoints are written at the first episode end after every `--checkpoint-frequency` steps, so a resumed
@@ -135,6 +139,9 @@ class Args:
     """RAdam learning rate of the world model (weight decay 1e-4)"""
     wm_updates_per_step: int = 1
     """world-model gradient steps per environment step"""
+    dyna_reward: Literal["replay", "model"] = "replay"
+    """the Dyna target's reward: `replay` has the replay row's value (paired with its termination flag) and the world
+    model's gradient d r^/da; `model` is the world model's sample r^ (the paper's literal reading)"""
 
     # Evaluation, logging, checkpoints
     eval_frequency: int = 5_000
@@ -727,15 +734,25 @@ def truncate_top(samples: torch.Tensor, p: float) -> torch.Tensor:
     return samples.gather(-2, keep.unsqueeze(-1).expand(*keep.shape, samples.shape[-1]))
 
 
+def dyna_rewards(replay_rewards: torch.Tensor, model_rewards: torch.Tensor, source: str) -> torch.Tensor:
+    """The reward of a Dyna target (broadcast): `model`: the world model's samples r^; `replay`: the replay row's value
+    r exactly, with r^'s gradient (r^ - r^ is 0 in floating point), so reward and termination come from one row."""
+    if source == "model":
+        return model_rewards
+    return model_rewards - model_rewards.detach() + replay_rewards
+
+
 def sobolev_targets(
-    obs: torch.Tensor, actions: torch.Tensor, terminations: torch.Tensor, world_model: WorldModel | FlowWorldModel,
-    target_actor: Actor, target_critic: Critic, gamma: float, policy_noise: float, noise_clip: float, num_samples: int,
+    obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, terminations: torch.Tensor,
+    world_model: WorldModel | FlowWorldModel, target_actor: Actor, target_critic: Critic, gamma: float,
+    policy_noise: float, noise_clip: float, num_samples: int, dyna_reward: str = "replay",
     complete: bool = False,
 ) -> torch.Tensor:
     """The 2N Sobolev Bellman target points (y_ck, dy_ck/da) of each pair, critic 1's N then critic 2's N, detached
-    (complete: (y_ck, dy_ck/da, dy_ck/ds)): obs (B, S), actions (B, A), terminations (B,) -> (B, 2N, 1+A[+S]).
+    (complete: (y_ck, dy_ck/da, dy_ck/ds)): obs (B, S), actions (B, A), rewards and terminations (B,) -> (B, 2N, 1+A[+S]).
 
-    (s'_k, r_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise), y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k).
+    (s'_k, r^_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise), y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k),
+    r_k the replay reward with r^_k's gradient or r^_k itself (`dyna_reward` "replay" or "model", see `dyna_rewards`).
     Every sample has its own copy of the inputs and the critics' gradients come from one backward pass batched over the
     critics, so no gradient is summed over samples or mixed between critics. The noise (smoothing noise held fixed) is
     drawn in a fixed order whatever `actions` is: under one seed the function is deterministic in `actions`.
@@ -744,13 +761,14 @@ def sobolev_targets(
     with torch.enable_grad():
         sample_actions = actions.detach()[:, None].expand(batch, n, act_dim).clone().requires_grad_()  # a leaf per sample
         sample_obs = obs.detach()[:, None].expand(batch, n, obs.shape[-1]).clone().requires_grad_(complete)
-        next_obs, rewards = world_model.sample(sample_obs.flatten(0, 1), sample_actions.reshape(batch * n, act_dim), 1)
-        next_obs, rewards = next_obs[:, 0], rewards.reshape(batch, n)  # (B*N, S), (B, N)
+        next_obs, model_rewards = world_model.sample(sample_obs.flatten(0, 1), sample_actions.reshape(batch * n, act_dim), 1)
+        next_obs, model_rewards = next_obs[:, 0], model_rewards.reshape(batch, n)  # (B*N, S), (B, N)
         next_actions = target_actor(next_obs)  # (B*N, A)
         smoothing = (torch.randn_like(next_actions) * policy_noise).clamp(-noise_clip, noise_clip)
         next_actions = (next_actions + smoothing).clamp(-1.0, 1.0)
         noise = torch.randn(num_critics, batch * n, target_critic.noise_dim, device=obs.device)
         next_z = target_critic(next_obs, next_actions, noise).reshape(num_critics, batch, n)  # (E, B, N)
+        rewards = dyna_rewards(rewards[:, None], model_rewards, dyna_reward)  # (B, N)
         returns = rewards + gamma * (1.0 - terminations)[:, None] * next_z  # (E, B, N)
         # one backward pass per target critic, batched over the critics: cotangent e selects critic e's returns
         cotangents = torch.eye(num_critics, device=obs.device)[:, :, None, None].expand(-1, -1, batch, n)
@@ -987,9 +1005,9 @@ def main(args: Args) -> None:
             if global_step >= args.learning_starts:
                 for _ in range(args.updates_per_step):
                     data = rb.sample(args.batch_size)
-                    targets = sobolev_targets(data.obs, data.actions, data.terminations, world_model, target_actor,
-                                              target_critic, args.gamma, args.policy_noise, args.noise_clip,
-                                              args.num_samples, args.sobolev == "complete")  # (B, 2N, 1+A[+S])
+                    targets = sobolev_targets(data.obs, data.actions, data.rewards, data.terminations, world_model,
+                                              target_actor, target_critic, args.gamma, args.policy_noise, args.noise_clip,
+                                              args.num_samples, args.dyna_reward, args.sobolev == "complete")  # (B, 2N, 1+A[+S])
                     targets = truncate_top(targets, args.truncation)  # (B, K, 1+A[+S])
                     predictions = sobolev_samples(critic, data.obs, data.actions, args.num_samples,
                                                   args.sobolev == "complete")  # (2, B, N, 1+A[+S])

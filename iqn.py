@@ -24,6 +24,10 @@ Choices the paper leaves open, fixed here:
     * World model: reconstruction error summed over the |S|+1 normalised outputs, plus 0.1 x KL summed over the
       latent dimensions; normalisation uses running statistics of everything added to the replay buffer (the
       standard deviation floored at 1e-2); the decoder output is the sample (no extra decoder noise).
+    * Dyna targets take the replay row's reward value, paired with that row's termination flag, and the world
+      model's reward gradient d r^/da (`--dyna-reward replay`). Where the reward is a random terminal event (the
+      point mass's bonus) a model reward drawn beside the real flag breaks their pairing and undervalues the states
+      before the event; `--dyna-reward model` (the model's r^, the paper's literal reading) keeps that choice open.
     * Evaluation: every `--eval-frequency` steps and at the end, `--eval-episodes` deterministic episodes in the
       same (noisy) env, reset with the same seeds every time so curves compare policies, not episodes.
     * Checkpoints are written at the first episode end after every `--checkpoint-frequency` steps, so a resumed
@@ -125,6 +129,9 @@ class Args:
     """RAdam learning rate of the world model (weight decay 1e-4)"""
     wm_updates_per_step: int = 1
     """world-model gradient steps per environment step"""
+    dyna_reward: Literal["replay", "model"] = "replay"
+    """the Dyna target's reward: `replay` has the replay row's value (paired with its termination flag) and the world
+    model's gradient d r^/da; `model` is the world model's sample r^ (the paper's literal reading)"""
 
     # Evaluation, logging, checkpoints
     eval_frequency: int = 5_000
@@ -671,25 +678,36 @@ def truncate_top(samples: torch.Tensor, p: float) -> torch.Tensor:
     return samples.gather(-2, keep.unsqueeze(-1).expand(*keep.shape, samples.shape[-1]))
 
 
+def dyna_rewards(replay_rewards: torch.Tensor, model_rewards: torch.Tensor, source: str) -> torch.Tensor:
+    """The reward of a Dyna target (broadcast): `model`: the world model's samples r^; `replay`: the replay row's value
+    r exactly, with r^'s gradient (r^ - r^ is 0 in floating point), so reward and termination come from one row."""
+    if source == "model":
+        return model_rewards
+    return model_rewards - model_rewards.detach() + replay_rewards
+
+
 def return_targets(
-    obs: torch.Tensor, actions: torch.Tensor, terminations: torch.Tensor, world_model: WorldModel | FlowWorldModel,
-    target_actor: Actor, target_critic: Critic, gamma: float, policy_noise: float, noise_clip: float, num_samples: int,
+    obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, terminations: torch.Tensor,
+    world_model: WorldModel | FlowWorldModel, target_actor: Actor, target_critic: Critic, gamma: float,
+    policy_noise: float, noise_clip: float, num_samples: int, dyna_reward: str = "replay",
 ) -> torch.Tensor:
     """The 2N distributional Bellman target returns y_ck of each pair, critic 1's N then critic 2's N:
-    obs (B, S), actions (B, A), terminations (B,) -> (B, 2N, 1).
+    obs (B, S), actions (B, A), rewards and terminations (B,) -> (B, 2N, 1).
 
-    (s'_k, r_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise), y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k).
+    (s'_k, r^_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise), y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k),
+    r_k the replay reward with r^_k's gradient or r^_k itself (`dyna_reward` "replay" or "model", see `dyna_rewards`).
     The target critics' quantile levels tau'_ck ~ U(0, 1) are fresh draws.
     """
     batch, n, num_critics = obs.shape[0], num_samples, target_critic.num_critics
     with torch.no_grad():
-        next_obs, rewards = world_model.sample(obs, actions, n)
-        next_obs = next_obs.reshape(batch * n, -1)  # (B*N, S); rewards (B, N)
+        next_obs, model_rewards = world_model.sample(obs, actions, n)
+        next_obs = next_obs.reshape(batch * n, -1)  # (B*N, S); model_rewards (B, N)
         next_actions = target_actor(next_obs)  # (B*N, A)
         smoothing = (torch.randn_like(next_actions) * policy_noise).clamp(-noise_clip, noise_clip)
         next_actions = (next_actions + smoothing).clamp(-1.0, 1.0)
         taus = torch.rand(num_critics, batch * n, device=obs.device)
         next_z = target_critic(next_obs, next_actions, taus).reshape(num_critics, batch, n)  # (E, B, N)
+        rewards = dyna_rewards(rewards[:, None], model_rewards, dyna_reward)  # (B, N)
         returns = rewards + gamma * (1.0 - terminations)[:, None] * next_z  # (E, B, N)
     return returns.transpose(0, 1).reshape(batch, num_critics * n, 1)
 
@@ -912,9 +930,9 @@ def main(args: Args) -> None:
             if global_step >= args.learning_starts:
                 for _ in range(args.updates_per_step):
                     data = rb.sample(args.batch_size)
-                    targets = return_targets(data.obs, data.actions, data.terminations, world_model, target_actor,
-                                             target_critic, args.gamma, args.policy_noise, args.noise_clip,
-                                             args.num_samples)  # (B, 2N, 1)
+                    targets = return_targets(data.obs, data.actions, data.rewards, data.terminations, world_model,
+                                             target_actor, target_critic, args.gamma, args.policy_noise, args.noise_clip,
+                                             args.num_samples, args.dyna_reward)  # (B, 2N, 1)
                     targets = truncate_top(targets, args.truncation)  # (B, K, 1)
                     predictions, taus = return_samples(critic, data.obs, data.actions, args.num_samples)  # (2, B, N) each
                     qf_loss = critic_loss(predictions, taus, targets)

@@ -18,6 +18,10 @@ Choices the paper leaves open, fixed here:
     * World model: reconstruction error summed over the |S|+1 normalised outputs, plus 0.1 x KL summed over the
       latent dimensions; normalisation uses running statistics of everything added to the replay buffer (the
       standard deviation floored at 1e-2); the decoder output is the sample (no extra decoder noise).
+    * Dyna targets take the replay row's reward value, paired with that row's termination flag, and the world
+      model's reward gradient d r^/da (`--dyna-reward replay`). Where the reward is a random terminal event (the
+      point mass's bonus) a model reward drawn beside the real flag breaks their pairing and undervalues the states
+      before the event; `--dyna-reward model` (the model's r^, the paper's literal reading) keeps that choice open.
     * Evaluation: every `--eval-frequency` steps and at the end, `--eval-episodes` deterministic episodes in the
       same (noisy) env, reset with the same seeds every time so curves compare policies, not episodes.
     * Checkpoints are written at the first episode end after every `--checkpoint-frequency` steps, so a resumed
@@ -113,6 +117,9 @@ class Args:
     """RAdam learning rate of the world model (weight decay 1e-4)"""
     wm_updates_per_step: int = 1
     """world-model gradient steps per environment step"""
+    dyna_reward: Literal["replay", "model"] = "replay"
+    """the Dyna target's reward: `replay` has the replay row's value (paired with its termination flag) and the world
+    model's gradient d r^/da; `model` is the world model's sample r^ (the paper's literal reading)"""
 
     # Evaluation, logging, checkpoints
     eval_frequency: int = 5_000
@@ -621,16 +628,24 @@ class ReplayBuffer:
 
 
 # LOSSES AND TARGETS
+def dyna_rewards(replay_rewards: torch.Tensor, model_rewards: torch.Tensor, source: str) -> torch.Tensor:
+    """The reward of a Dyna target (broadcast): `model`: the world model's samples r^; `replay`: the replay row's value
+    r exactly, with r^'s gradient (r^ - r^ is 0 in floating point), so reward and termination come from one row."""
+    if source == "model":
+        return model_rewards
+    return model_rewards - model_rewards.detach() + replay_rewards
+
+
 def sobolev_targets(
     data: ReplayBatch, world_model: WorldModel | FlowWorldModel, target_actor: Actor, target_critic: Critic,
-    gamma: float, policy_noise: float, noise_clip: float, double_q: bool = True,
+    gamma: float, policy_noise: float, noise_clip: float, double_q: bool = True, dyna_reward: str = "replay",
 ) -> torch.Tensor:
-    """Target (y, dy/da) per pair, y = r + gamma (1 - d) min_c Q'_c(s', a') from one world-model sample (s', r) and
-    dy/da its total derivative with respect to the replay action: a batch of B pairs -> (B, 1+A), detached."""
+    """Target (y, dy/da) per pair, y = r + gamma (1 - d) min_c Q'_c(s', a') from one world-model sample s' and r as
+    `dyna_rewards` says, dy/da its total derivative w.r.t. the replay action: B pairs -> (B, 1+A), detached."""
     with torch.enable_grad():
         actions = data.actions.detach().clone().requires_grad_()  # every row is its own pair: row gradients stay apart
         next_obs, rewards = world_model.sample(data.obs, actions, 1)
-        next_obs, rewards = next_obs[:, 0], rewards[:, 0]  # (B, S), (B,)
+        next_obs, rewards = next_obs[:, 0], dyna_rewards(data.rewards, rewards[:, 0], dyna_reward)  # (B, S), (B,)
         next_actions = target_actor(next_obs)  # (B, A)
         noise = (torch.randn_like(next_actions) * policy_noise).clamp(-noise_clip, noise_clip)
         next_actions = (next_actions + noise).clamp(-1.0, 1.0)
@@ -857,8 +872,8 @@ def main(args: Args) -> None:
             if global_step >= args.learning_starts:
                 for _ in range(args.updates_per_step):
                     data = rb.sample(args.batch_size)
-                    targets = sobolev_targets(data, world_model, target_actor, target_critic,
-                                              args.gamma, args.policy_noise, args.noise_clip, args.double_q)  # (B, 1+A)
+                    targets = sobolev_targets(data, world_model, target_actor, target_critic, args.gamma,
+                                              args.policy_noise, args.noise_clip, args.double_q, args.dyna_reward)  # (B, 1+A)
                     predictions = sobolev_samples(critic, data.obs, data.actions)  # (2, B, 1+A)
                     qf_loss = critic_loss(predictions, targets, args.grad_loss_weight)
 

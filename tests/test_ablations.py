@@ -78,11 +78,11 @@ def test_without_double_q_the_target_uses_critic_one(name):
         out = target_function(batch, model, *args, double_q=double_q)
         targets[double_q] = out if out.dim() == 1 else out[:, 0]
     torch.manual_seed(4)
-    next_obs, rewards = model.sample(batch.obs, batch.actions, 1)
+    next_obs, _ = model.sample(batch.obs, batch.actions, 1)
     with torch.no_grad():
         q = critic(next_obs[:, 0], actor(next_obs[:, 0]))  # (2, B)
-    torch.testing.assert_close(targets[False], rewards[:, 0] + 0.9 * q[0])
-    torch.testing.assert_close(targets[True], rewards[:, 0] + 0.9 * q.min(0).values)
+    torch.testing.assert_close(targets[False], batch.rewards + 0.9 * q[0])  # --dyna-reward replay: the row's reward
+    torch.testing.assert_close(targets[True], batch.rewards + 0.9 * q.min(0).values)
 
 
 def test_the_monitor_is_logged_and_leaves_training_unchanged(tmp_path):
@@ -126,13 +126,14 @@ def test_complete_sobolev_targets_match_finite_differences_in_action_and_state(n
 
     def targets_at(s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         torch.manual_seed(77)
-        return module.sobolev_targets(s, a, terminations, world_model, actor, critic, 0.9, 0.2, 0.5, num_samples=3,
-                                      complete=True)
+        return module.sobolev_targets(s, a, torch.zeros(4), terminations, world_model, actor, critic, 0.9, 0.2, 0.5,
+                                      num_samples=3, dyna_reward="model", complete=True)
 
     targets = targets_at(obs, actions)
     assert targets.shape == (4, 6, 1 + 2 + 3)
     torch.manual_seed(77)
-    action_only = module.sobolev_targets(obs, actions, terminations, world_model, actor, critic, 0.9, 0.2, 0.5, 3)
+    action_only = module.sobolev_targets(obs, actions, torch.zeros(4), terminations, world_model, actor, critic, 0.9,
+                                         0.2, 0.5, 3, "model")
     torch.testing.assert_close(targets[..., :3], action_only)  # the complete operator extends the action one
     h = 1e-6
     for j in range(3):  # state-gradient block against central differences of each sample's own return

@@ -177,7 +177,8 @@ def test_sobolev_targets_match_per_sample_finite_differences(float64):
 
     def targets_at(a: torch.Tensor) -> torch.Tensor:
         torch.manual_seed(123)  # the same noise at every evaluation
-        return dsdpg.sobolev_targets(obs, a, terminations, world_model, actor, critic, 0.9, 0.2, 0.5, num_samples=5)
+        return dsdpg.sobolev_targets(obs, a, torch.zeros(4), terminations, world_model, actor, critic, 0.9, 0.2, 0.5,
+                                     num_samples=5, dyna_reward="model")  # tests/test_dyna_reward.py: both modes
 
     targets = targets_at(actions)
     assert targets.shape == (4, 10, 3) and not targets.requires_grad
@@ -230,7 +231,8 @@ def test_sobolev_targets_equal_the_hand_derived_linear_quadratic_gradients(float
     obs, actions = torch.randn(5, s_dim) * 0.5, torch.rand(5, a_dim) - 0.5
     terminations = torch.zeros(5)
     torch.manual_seed(9)
-    targets = dsdpg.sobolev_targets(obs, actions, terminations, model, policy, critic, gamma, 0.0, 0.5, num_samples=4)
+    targets = dsdpg.sobolev_targets(obs, actions, torch.zeros(5), terminations, model, policy, critic, gamma, 0.0, 0.5,
+                                    num_samples=4)
     torch.manual_seed(9)
     eps = torch.randn(5 * 4, 1, s_dim + 1)  # the model's draw inside sobolev_targets (per-sample copies of a)
     next_obs = (obs @ m.T + actions @ p.T).repeat_interleave(4, 0) + 0.1 * eps[:, 0, :-1]  # (B*N, S)
@@ -287,7 +289,7 @@ def test_mage_targets_match_finite_differences(float64):
     def targets_at(a):
         torch.manual_seed(5)
         batch = mage.ReplayBatch(obs, a, torch.zeros(6), torch.zeros(6, 3), torch.zeros(6))
-        return mage.sobolev_targets(batch, world_model, actor, critic, 0.99, 0.2, 0.5)
+        return mage.sobolev_targets(batch, world_model, actor, critic, 0.99, 0.2, 0.5, dyna_reward="model")
 
     targets = targets_at(actions)
     assert targets.shape == (6, 3)

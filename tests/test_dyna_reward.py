@@ -1,0 +1,149 @@
+"""Tests of `--dyna-reward {replay,model}` in every script with a world model: under `replay` a Dyna target's value
+takes the replay row's reward (so it pairs with that row's termination flag) while its action- and state-gradients
+still flow through the world model's reward sample; under `model` the target is the model's (the paper's literal
+reading). Gradients are checked against central differences of the model-reward target, with both world models."""
+
+import importlib
+
+import pytest
+import torch
+
+from helpers import only_run_dir, read_scalars, run_script
+
+DISTRIBUTIONAL = ["mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
+SOBOLEV = ["dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
+
+
+@pytest.fixture
+def float64():
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
+
+
+def trained_parts(module, world_model_kind: str, obs_dim: int = 3, act_dim: int = 2):
+    """A world model with non-trivial normaliser statistics, a target actor and target critics, all tiny."""
+    torch.manual_seed(7)
+    world_model = module.make_world_model(world_model_kind, obs_dim, act_dim, 8)
+    with torch.no_grad():
+        world_model.update_normaliser(torch.randn(50, obs_dim), torch.rand(50, act_dim) * 2 - 1, torch.randn(50, 1),
+                                      torch.randn(50, obs_dim) * 2)
+        if world_model_kind == "flow":  # the flow starts as an orthogonal map: give its couplings some shape
+            for coupling in world_model.couplings:
+                torch.nn.init.normal_(coupling.net[-1].weight, std=0.3)
+    actor = module.Actor(obs_dim, act_dim, 8).requires_grad_(False)
+    if module.__name__ == "iqn":
+        critic = module.Critic(obs_dim, act_dim, 8, num_cosines=4)
+    elif hasattr(module, "NOISE_EMBEDDING_DIM"):
+        critic = module.Critic(obs_dim, act_dim, 8, noise_dim=4)
+    else:
+        critic = module.Critic(obs_dim, act_dim, 8)
+    return world_model, actor, critic.requires_grad_(False)
+
+
+def targets_of(module, obs, actions, rewards, terminations, parts, dyna_reward: str, seed: int = 123, **kwargs):
+    """The script's Dyna target function under a fixed seed: (B,) / (B, 1+A) / (B, 2N, 1[+A[+S]])."""
+    world_model, actor, critic = parts
+    torch.manual_seed(seed)
+    if module.__name__ == "td3_huber":
+        batch = module.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
+        return module.td_targets(batch, world_model, actor, critic, 0.9, 0.2, 0.5, dyna_reward=dyna_reward)
+    if module.__name__ == "mage_huber_sobolev":
+        batch = module.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
+        return module.sobolev_targets(batch, world_model, actor, critic, 0.9, 0.2, 0.5, dyna_reward=dyna_reward)
+    function = module.sobolev_targets if module.__name__ in SOBOLEV else module.return_targets
+    return function(obs, actions, rewards, terminations, world_model, actor, critic, 0.9, 0.2, 0.5, 3,
+                    dyna_reward=dyna_reward, **kwargs)
+
+
+def test_dyna_rewards_has_the_replay_value_exactly_and_the_model_gradient():
+    import td3_huber
+    a = torch.tensor([0.3, -1.7], requires_grad=True)
+    model_rewards = torch.stack([a[0] ** 2 * 1e3, torch.sin(a[1])])  # one large reward: no rounding may leak
+    replay = torch.tensor([0.1, 10.0])
+    rewards = td3_huber.dyna_rewards(replay, model_rewards, "replay")
+    assert torch.equal(rewards.detach(), replay)  # exactly the replay value, not r + r^ - r^ rounded
+    (grad,) = torch.autograd.grad(rewards.sum(), a)
+    torch.testing.assert_close(grad, torch.stack([2e3 * a[0], torch.cos(a[1])]).detach())
+    assert td3_huber.dyna_rewards(replay, model_rewards, "model") is model_rewards
+
+
+@pytest.mark.parametrize("name", ["td3_huber", "mage_huber_sobolev", *DISTRIBUTIONAL])
+@pytest.mark.parametrize("world_model_kind", ["cvae", "flow"])
+def test_replay_targets_take_the_replay_reward_paired_with_its_flag(name, world_model_kind, float64):
+    """replay: y = r + gamma (1 - d) Z'(s'^, a') with r the replay row's reward (exactly r where d = 1); model: y takes
+    the model's r^ instead, drawn by the same world-model sample; the bootstrap part is the same in both modes."""
+    module = importlib.import_module(name)
+    parts = trained_parts(module, world_model_kind)
+    obs, actions = torch.randn(4, 3), torch.rand(4, 2) * 1.6 - 0.8
+    rewards, terminations = torch.tensor([0.0, 10.0, 0.0, -3.0]), torch.tensor([0.0, 1.0, 0.0, 1.0])
+    replay = targets_of(module, obs, actions, rewards, terminations, parts, "replay")
+    model = targets_of(module, obs, actions, rewards, terminations, parts, "model")
+    n = 1 if name in ("td3_huber", "mage_huber_sobolev") else 3
+    torch.manual_seed(123)  # the world model's draw comes first in every target function
+    with torch.no_grad():
+        model_rewards = parts[0].sample(obs, actions, n)[1]  # (B, n), r^ of every sample
+    value = lambda targets: targets if targets.dim() == 1 else targets[..., 0]  # noqa: E731
+    replay_values, model_values = value(replay), value(model)
+    if n == 1:
+        model_rewards = model_rewards[:, 0]
+    else:  # (B, 2N): both critics' N samples share the N world-model samples
+        model_rewards = model_rewards.repeat(1, 2)
+        rewards = rewards[:, None]
+    terminal = terminations.bool()
+    assert torch.equal(replay_values[terminal], rewards.expand_as(replay_values)[terminal])  # y = r, exactly
+    torch.testing.assert_close(model_values[terminal], model_rewards[terminal])  # y = r^
+    torch.testing.assert_close(replay_values - rewards, model_values - model_rewards)  # the same gamma Z'(s'^, a')
+    assert not torch.allclose(replay_values[terminal], model_values[terminal])
+    if replay.dim() > 1 and replay.shape[-1] > 1:  # gradients: the model's d r^/da in both modes
+        torch.testing.assert_close(replay[..., 1:], model[..., 1:])
+
+
+def finite_difference(targets_at, x: torch.Tensor, h: float = 1e-6) -> torch.Tensor:
+    """Central differences of the return coordinate of targets_at(x) in each coordinate of x: (..., dim of x)."""
+    columns = []
+    for j in range(x.shape[-1]):
+        step = torch.zeros(x.shape[-1])
+        step[j] = h
+        columns.append((targets_at(x + step)[..., 0] - targets_at(x - step)[..., 0]) / (2 * h))
+    return torch.stack(columns, -1)
+
+
+@pytest.mark.parametrize("dyna_reward", ["replay", "model"])
+@pytest.mark.parametrize("world_model_kind", ["cvae", "flow"])
+@pytest.mark.parametrize("name", ["mage_huber_sobolev", *SOBOLEV])
+def test_target_gradients_are_central_differences_of_the_model_reward_target(name, world_model_kind, dyna_reward,
+                                                                             float64):
+    """In both modes every per-sample gradient (action, and state for the complete operator) is the derivative of the
+    model-reward target: the replay value is a constant of the pair, its gradient the model's d r^/da."""
+    module = importlib.import_module(name)
+    parts = trained_parts(module, world_model_kind)
+    obs, actions = torch.randn(4, 3), torch.rand(4, 2) * 1.6 - 0.8
+    rewards, terminations = torch.tensor([0.0, 10.0, 0.5, 0.0]), torch.tensor([0.0, 1.0, 0.0, 0.0])
+    complete = {"complete": True} if name in SOBOLEV else {}
+    targets = targets_of(module, obs, actions, rewards, terminations, parts, dyna_reward, **complete)
+    model_at_action = lambda a: targets_of(module, obs, a, rewards, terminations, parts, "model", **complete)  # noqa: E731
+    torch.testing.assert_close(targets[..., 1:3], finite_difference(model_at_action, actions), rtol=1e-5, atol=1e-7)
+    if complete:
+        model_at_state = lambda s: targets_of(module, s, actions, rewards, terminations, parts, "model", **complete)  # noqa: E731
+        torch.testing.assert_close(targets[..., 3:], finite_difference(model_at_state, obs), rtol=1e-5, atol=1e-7)
+    if dyna_reward == "replay":  # the replay target's own value does not move with r^: its differences differ
+        replay_at_action = lambda a: targets_of(module, obs, a, rewards, terminations, parts, "replay", **complete)  # noqa: E731
+        assert not torch.allclose(targets[..., 1:3], finite_difference(replay_at_action, actions), atol=1e-4)
+
+
+@pytest.mark.parametrize("script", ["td3_huber.py", "dsdpg_msmmd_sobolev.py"])
+def test_both_modes_run_end_to_end_and_differ(tmp_path, script):
+    flags = ["--env-id", "PointMass-v0", "--total-timesteps", "150", "--learning-starts", "100", "--hidden-dim", "16",
+             "--wm-hidden-dim", "16", "--batch-size", "16", "--updates-per-step", "1", "--eval-frequency", "150",
+             "--eval-episodes", "1", "--contraction-frequency", "0"]
+    if "dsdpg" in script:
+        flags += ["--num-samples", "3", "--num-samples-policy", "2", "--noise-dim", "4", "--slice-steps", "2"]
+    losses = {}
+    for mode in ("replay", "model"):
+        cwd = tmp_path / mode
+        cwd.mkdir()
+        result = run_script(script, *flags, "--dyna-reward", mode, cwd=cwd)
+        assert result.returncode == 0, result.stderr
+        losses[mode] = [v for _, v in read_scalars(only_run_dir(cwd))["losses/qf_loss"]]
+    assert losses["replay"] and losses["replay"] != losses["model"]
