@@ -14,9 +14,8 @@ Outputs go to runs/<run_name>/: TensorBoard events, summary.json, checkpoint.pt 
 Choices the paper leaves open, fixed here:
     * Actions are rescaled to [-1, 1]; observations are float32.
     * The critic's noise embedding m(xi) is two width-64 SiLU layers; the target set is truncated per transition.
-    * Max-slicing: one direction per transition and critic, searched by Adam on w with theta = w / |w| (so the step
-      is along the sphere) and w renormalised after every step; the search's gradient is computed in closed form from
-      the pairwise differences, which projections make linear in theta.
+    * Max-slicing: one direction per transition and critic, searched on w, theta = w / |w|, by Adam (w renormalised
+      after every step) or plain ascent; closed-form gradient from the pairwise differences (linear in theta).
     * 5 000 uniform-random steps before learning; the world model trains from the first full minibatch on, one
       gradient step per env step (`--wm-updates-per-step`).
     * The critic's skip connection feeds the input [s, a] to every hidden layer after the first; the twin critics
@@ -126,9 +125,11 @@ class Args:
     sobolev: Literal["action", "complete"] = "action"
     """bootstrap (Z, dZ/da), the paper's operator, or (Z, dZ/da, dZ/ds), its complete operator"""
     slice_steps: int = 100
-    """Adam steps of the search for the maximising slicing direction"""
+    """steps of the search for the maximising slicing direction"""
     slice_lr: float = 1e-4
-    """Adam learning rate of the slicing search"""
+    """learning rate of the slicing search"""
+    slice_optimizer: Literal["adam", "ascent"] = "adam"
+    """the slicing search: Adam (the paper's hyperparameter table) or plain gradient ascent (its Algorithm 1)"""
 
     # World model (Dyna)
     world_model: Literal["cvae", "flow"] = "cvae"
@@ -688,20 +689,19 @@ def mmd2(x: torch.Tensor, y: torch.Tensor, h: float, estimator: str = "biased") 
 
 def max_sliced_mmd2(
     x: torch.Tensor, y: torch.Tensor, h: float, steps: int, lr: float, estimator: str = "biased",
-    initial_theta: torch.Tensor | None = None,
+    initial_theta: torch.Tensor | None = None, optimizer: str = "adam",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Max-sliced MMD^2 between x (..., n, d) and y (..., m, d): (loss (...), theta (..., d) detached unit vectors).
 
-    Per set pair, a direction theta (from `initial_theta`, else a normalised N(0, I) draw) takes `steps` Adam steps
-    (lr, ascent) on the MMD^2 of the projections of the detached samples; the loss is the MMD^2 of the projections of
-    the live samples on the final, gradient-stopped theta. Projected pairwise differences theta . (u - v) are linear
-    in theta, so the differences are formed once and every step is two small contractions with a closed-form gradient.
+    Per set pair, a direction theta = w / |w| (w from `initial_theta`, else a N(0, I) draw) takes `steps` ascent steps
+    (lr; `optimizer` "adam" or "ascent") on the MMD^2 of the projections of the detached samples; the loss is the MMD^2
+    of the projections of the live samples on the final, gradient-stopped theta. Projected pairwise differences
+    theta . (u - v) are linear in theta: the differences are formed once, each step's gradient is in closed form.
     """
     n, m, d = x.shape[-2], y.shape[-2], x.shape[-1]
     lead = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     xd, yd = x.detach().expand(*lead, n, d), y.detach().expand(*lead, m, d)
-    xi, xj = torch.triu_indices(n, n, 1, device=x.device)
-    yi, yj = torch.triu_indices(m, m, 1, device=x.device)
+    (xi, xj), (yi, yj) = torch.triu_indices(n, n, 1, device=x.device), torch.triu_indices(m, m, 1, device=x.device)
     diffs = torch.cat([xd[..., xi, :] - xd[..., xj, :], yd[..., yi, :] - yd[..., yj, :],
                        (xd.unsqueeze(-2) - yd.unsqueeze(-3)).flatten(-3, -2)], -2)  # (..., P, d) all pairs
     within = (n * n, m * m) if estimator == "biased" else (n * (n - 1), m * (m - 1))
@@ -710,21 +710,22 @@ def max_sliced_mmd2(
     diffs_t = diffs.transpose(-1, -2).contiguous()  # (..., d, P): row-vector products are the fast layout on CPU
     weighted_diffs = diffs * (-(h**2) * weights).unsqueeze(-1)  # (..., P, d)
     theta = torch.randn(*lead, d, device=x.device) if initial_theta is None else initial_theta.detach()
-    theta = F.normalize(theta.expand(*lead, d), dim=-1).unsqueeze(-2)  # (..., 1, d)
-    first_moment, second_moment = torch.zeros_like(theta), torch.zeros_like(theta)
-    beta1, beta2, eps, one = 0.9, 0.999, 1e-8, x.new_ones(())
+    w = theta = F.normalize(theta.expand(*lead, d), dim=-1).unsqueeze(-2)  # (..., 1, d)
+    first_moment, second_moment, beta1, beta2, eps, one = torch.zeros_like(w), torch.zeros_like(w), 0.9, 0.999, 1e-8, x.new_ones(())
     for step in range(1, steps + 1):  # few, in-place operations: at small sizes a step costs one dispatch per operation
         projected = theta @ diffs_t  # (..., 1, P)
         slope = torch.addcmul(one, projected, projected, value=h**2).rsqrt_().mul_(projected)  # k' of -sqrt(1 + h^2 t^2)
         grad = slope @ weighted_diffs  # (..., 1, d)
         grad -= (grad @ theta.transpose(-1, -2)) * theta  # d MMD^2(w / |w|) / dw at |w| = 1
-        first_moment.lerp_(grad, 1 - beta1)
-        second_moment.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        denominator = (second_moment.sqrt() / math.sqrt(1 - beta2**step)).add_(eps)
-        theta = theta.addcdiv(first_moment, denominator, value=lr / (1 - beta1**step))  # Adam's ascent step
-        theta = theta / theta.norm(dim=-1, keepdim=True)
-    theta = theta.squeeze(-2)
-    return mmd2(x @ theta.unsqueeze(-1), y @ theta.unsqueeze(-1), h, estimator), theta
+        if optimizer == "ascent":  # the paper's Algorithm 1: w <- w + lr d MMD^2(w / |w|) / dw, w never renormalised
+            w = w + grad * (lr / w.norm(dim=-1, keepdim=True))
+        else:  # Adam's ascent step, taken at |w| = 1 (w is renormalised after every step)
+            first_moment.lerp_(grad, 1 - beta1)
+            second_moment.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            denominator = (second_moment.sqrt() / math.sqrt(1 - beta2**step)).add_(eps)
+            w = theta.addcdiv(first_moment, denominator, value=lr / (1 - beta1**step))
+        theta = w / w.norm(dim=-1, keepdim=True)
+    return mmd2(x @ theta.transpose(-1, -2), y @ theta.transpose(-1, -2), h, estimator), theta.squeeze(-2)
 
 
 def truncate_top(samples: torch.Tensor, p: float) -> torch.Tensor:
@@ -796,11 +797,11 @@ def sobolev_samples(
 
 def critic_loss(
     predictions: torch.Tensor, targets: torch.Tensor, h: float, estimator: str, slice_steps: int, slice_lr: float,
-    initial_theta: torch.Tensor,
+    slice_optimizer: str, initial_theta: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Max-sliced MMD^2 between each critic's prediction set and the shared target set, mean over the batch, summed
-    over the critics, and the slicing directions: predictions (E, B, N, 1+A), targets (B, K, 1+A) -> ((), (E, B, 1+A))."""
-    loss, theta = max_sliced_mmd2(predictions, targets, h, slice_steps, slice_lr, estimator, initial_theta)
+    """MMD^2 between each critic's prediction set and the shared target set, mean over the batch, summed over the
+    critics, max-sliced: predictions (E, B, N, 1+A), targets (B, K, 1+A) -> (loss (), directions (E, B, 1+A))."""
+    loss, theta = max_sliced_mmd2(predictions, targets, h, slice_steps, slice_lr, estimator, initial_theta, slice_optimizer)
     return loss.mean(1).sum(), theta
 
 
@@ -1013,7 +1014,7 @@ def main(args: Args) -> None:
                                                   args.sobolev == "complete")  # (2, B, N, 1+A[+S])
                     initial_theta = torch.randn(critic.num_critics, args.batch_size, targets.shape[-1], device=device)
                     qf_loss, theta = critic_loss(predictions, targets, args.kernel_bandwidth, args.mmd_estimator,
-                                                 args.slice_steps, args.slice_lr, initial_theta)
+                                                 args.slice_steps, args.slice_lr, args.slice_optimizer, initial_theta)
 
                     critic_optimizer.zero_grad()
                     qf_loss.backward()

@@ -125,6 +125,24 @@ def test_max_sliced_search_equals_adam_on_the_sphere(estimator):
     torch.testing.assert_close(theta, w.detach(), rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("estimator", ["biased", "unbiased"])
+def test_max_sliced_ascent_is_the_papers_plain_gradient_ascent_on_w(estimator):
+    """--slice-optimizer ascent: w <- w + lr dJ(w / |w|)/dw with autograd, w never renormalised (Algorithm 1)."""
+    torch.manual_seed(4)
+    x, y = torch.randn(3, 5, 4, dtype=torch.float64), torch.randn(3, 8, 4, dtype=torch.float64) + 0.3
+    theta0 = F.normalize(torch.randn(3, 4, dtype=torch.float64), dim=-1)
+    w = theta0.clone().requires_grad_()
+    for _ in range(25):
+        direction = F.normalize(w, dim=-1)[..., None]
+        (grad,) = torch.autograd.grad(dsdpg.mmd2(x @ direction, y @ direction, 5.0, estimator).sum(), w)
+        w = (w + 0.3 * grad).detach().requires_grad_()
+    assert (w.norm(dim=-1) > 1.0 + 1e-6).all()  # w grows: the steps are orthogonal to it
+    _, theta = dsdpg_ms.max_sliced_mmd2(x, y, 5.0, 25, 0.3, estimator, initial_theta=theta0, optimizer="ascent")
+    torch.testing.assert_close(theta, F.normalize(w.detach(), dim=-1), rtol=0, atol=1e-10)
+    _, adam_theta = dsdpg_ms.max_sliced_mmd2(x, y, 5.0, 25, 0.3, estimator, initial_theta=theta0)
+    assert not torch.allclose(theta, adam_theta)
+
+
 def test_max_sliced_is_batched_and_differentiable_only_through_the_samples():
     torch.manual_seed(5)
     x = torch.randn(2, 3, 4, 5, requires_grad=True)  # (E, B, n, d)
