@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rliable import library
 
 from helpers import ROOT
 
@@ -45,11 +46,18 @@ def write_summary(run_dir: Path, script: str, env: str, seed: int, steps: list[i
 
 
 def reference_ci(values, n_boot: int, seed: int) -> tuple[float, float]:
-    """Percentile bootstrap of the median, written independently of aggregate.py."""
-    rng = np.random.default_rng(seed)
-    values = np.asarray(values, dtype=float)
-    medians = [np.median(values[rng.integers(0, len(values), len(values))]) for _ in range(n_boot)]
+    """Percentile bootstrap of the median, written independently of aggregate.py, with the resamples rliable's
+    stratified bootstrap draws for one task: np.random.choice(n, (n, 1)) from numpy's global RNG."""
+    np.random.seed(seed)
+    values = np.asarray(values, dtype=float).reshape(-1, 1)
+    medians = [np.median(values[np.random.choice(len(values), values.shape)]) for _ in range(n_boot)]
     return float(np.percentile(medians, 2.5)), float(np.percentile(medians, 97.5))
+
+
+def interquartile_mean(values) -> float:
+    """The mean of the middle 50%: the sorted values without the lowest and highest quarter (n // 4 each)."""
+    values = np.sort(values)
+    return float(np.mean(values[len(values) // 4:len(values) - len(values) // 4]))
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -67,13 +75,37 @@ def test_noise_label():
     assert aggregate.noise_label({**base, "obs_noise": "mult", "dyn_noise": "gauss"}) == "mult+gauss"
 
 
-def test_bootstrap_median_ci():
-    values = [1.0, 2.0, 3.0, 4.0, 100.0]
-    median, lo, hi = aggregate.bootstrap_median_ci(values, 4000, np.random.default_rng(7))
-    assert median == 3.0 and 1.0 <= lo <= 3.0 <= hi <= 100.0 and lo < hi
-    assert (lo, hi) == pytest.approx(reference_ci(values, 4000, 7))
-    assert aggregate.bootstrap_median_ci([5.5], 100, np.random.default_rng(0)) == (5.5, 5.5, 5.5)
+def test_interval_estimates_median_iqm_mean():
+    values = np.random.default_rng(0).permutation(np.arange(1.0, 9.0) ** 2)  # 1, 4, ..., 64 shuffled
+    estimates = aggregate.interval_estimates(values.tolist(), 1000, 7)
+    assert list(estimates) == ["median", "iqm", "mean"]
+    assert estimates["iqm"][0] == pytest.approx(interquartile_mean(values)) == pytest.approx((9 + 16 + 25 + 36) / 4)
+    assert estimates["median"][0] == 20.5 and estimates["mean"][0] == pytest.approx(25.5)
+    for estimate, lo, hi in estimates.values():
+        assert lo < estimate < hi
+    assert estimates["median"][1:] == pytest.approx(reference_ci(values, 1000, 7))
+    assert aggregate.interval_estimates(values.tolist(), 1000, 7) == estimates  # the seed makes it reproducible
+    assert aggregate.interval_estimates([5.5], 100, 0) == {name: (5.5, 5.5, 5.5) for name in ("median", "iqm", "mean")}
     assert aggregate.nauc([0.0, 1.0, 2.0, 5.0]) == 2.0
+
+
+def test_cis_shrink_with_more_seeds():
+    draws = np.random.default_rng(1).normal(5.0, 2.0, 50)
+    few, many = aggregate.interval_estimates(draws[:5].tolist(), 1000, 0), aggregate.interval_estimates(
+        draws.tolist(), 1000, 0)
+    for name in ("median", "iqm", "mean"):
+        for estimate, lo, hi in (few[name], many[name]):
+            assert lo <= estimate <= hi
+        assert many[name][2] - many[name][1] < 0.6 * (few[name][2] - few[name][1])
+    assert many["iqm"][0] == pytest.approx(interquartile_mean(draws))
+
+
+def test_score_distribution_is_rliables():
+    scores = np.array([[0.0], [3.5], [3.5], [6.0], [8.0]])
+    taus = np.linspace(-1.0, 9.0, 41)
+    profile = aggregate.score_distribution(scores, taus)
+    assert profile == pytest.approx(library.score_distributions(scores, taus))
+    assert profile[0] == 1.0 and profile[-1] == 0.0 and np.all(np.diff(profile) <= 0)
 
 
 def test_aggregate_recovers_medians_cis_and_writes_figures(tmp_path):
@@ -93,7 +125,7 @@ def test_aggregate_recovers_medians_cis_and_writes_figures(tmp_path):
     (tmp_path / "grid" / "iqn" / "unfinished").mkdir()
     (tmp_path / "grid" / "iqn" / "unfinished" / "checkpoint.pt").write_bytes(b"")
 
-    result = run_tool("aggregate.py", "grid", "--out", "out", "--bootstrap-samples", "2000", "--seed", "3",
+    result = run_tool("aggregate.py", "grid", "--out", "out", "--bootstrap-samples", "500", "--seed", "3",
                       cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "1 unfinished run" in result.stderr
@@ -112,15 +144,23 @@ def test_aggregate_recovers_medians_cis_and_writes_figures(tmp_path):
         assert int(row["n_seeds"]) == 5
         for metric, values in (("final_eval_return", [c[-1] for c in curves]), ("nauc", [np.mean(c) for c in curves])):
             assert float(row[f"{metric}_median"]) == pytest.approx(np.median(values))
-            lo, hi = reference_ci(values, 2000, 3)
+            lo, hi = reference_ci(values, 500, 3)
             assert float(row[f"{metric}_ci_lo"]) == pytest.approx(lo)
             assert float(row[f"{metric}_ci_hi"]) == pytest.approx(hi)
+            assert float(row[f"{metric}_iqm"]) == pytest.approx(interquartile_mean(values))
+            assert float(row[f"{metric}_mean"]) == pytest.approx(np.mean(values))
+            for name in ("iqm", "mean"):
+                assert float(row[f"{metric}_{name}_ci_lo"]) <= float(row[f"{metric}_{name}"]) <= float(
+                    row[f"{metric}_{name}_ci_hi"])
     single = table[("iqn", "Hopper-v4", "gauss")]
     assert float(single["final_eval_return_ci_lo"]) == float(single["final_eval_return_ci_hi"]) == 9.0
+    assert float(single["final_eval_return_iqm_ci_lo"]) == float(single["final_eval_return_mean_ci_hi"]) == 9.0
 
     markdown = (out / "table.md").read_text()
-    assert "| PointMass-v0 | mult0.3 | dsdpg_msmmd_sobolev | 5 |" in markdown
-    for name in ("final_return.png", "nauc.png", "curves.png"):
+    row = table[("dsdpg_msmmd_sobolev", "PointMass-v0", "mult0.3")]
+    cell = f"{float(row['final_eval_return_median']):.2f} [{float(row['final_eval_return_ci_lo']):.2f}, "
+    assert f"| PointMass-v0 | mult0.3 | dsdpg_msmmd_sobolev | 5 | {cell}" in markdown
+    for name in ("final_return.png", "nauc.png", "curves.png", "performance_profile.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / name).stat().st_size > 10_000
 
 
@@ -135,11 +175,23 @@ def test_curves_align_on_common_steps_and_mixed_settings_warn(capsys):
 
 
 def test_aggregate_bad_input(tmp_path):
-    for flags, message in ((["missing"], "is not a directory"), (["."], "no summary.json")):
-        result = run_tool("aggregate.py", *flags, cwd=tmp_path)
+    (tmp_path / "nothing").mkdir()
+    cases = [("missing", "is not a directory"), ("nothing", "no summary.json")]
+    no_final_return = {"args": {"exp_name": "td3_huber", "env_id": "PointMass-v0", "seed": 2}, "eval_steps": [100],
+                       "eval_returns": [1.0]}
+    for name, content, reason in (("garbage", b"\x89\xff\x00garbage", "UnicodeDecodeError"),
+                                  ("empty", b"", "JSONDecodeError"),
+                                  ("keys", json.dumps(no_final_return).encode(), "no key 'final_eval_return'")):
+        write_summary(tmp_path / name / "good", "td3_huber", "PointMass-v0", 1, [100], [1.0])
+        (tmp_path / name / "bad").mkdir()
+        (tmp_path / name / "bad" / "summary.json").write_bytes(content)
+        cases.append((name, f"{Path(name, 'bad', 'summary.json')} is not a run summary ({reason}"))
+    for runs_dir, message in cases:
+        result = run_tool("aggregate.py", runs_dir, "--out", "out", cwd=tmp_path)
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith("aggregate.py: error:")
-        assert message in lines[0]
+        assert message in lines[0] and "Traceback" not in result.stderr
+        assert not (tmp_path / "out").exists()
 
 
 def grid(*flags: str, cwd: Path, seeds=("1", "2")) -> subprocess.CompletedProcess:
