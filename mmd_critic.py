@@ -30,12 +30,15 @@ Choices the paper leaves open, fixed here:
 """
 
 import copy
+import glob
 import json
 import math
 import os
 import random
+import signal
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, fields
 from typing import Literal, NamedTuple
 
@@ -74,7 +77,7 @@ class Args:
     dyn_noise: Literal["none", "gauss"] = "none"
     """dynamics noise: `gauss` adds N(0, std^2) to positions and velocities after every step"""
     dyn_noise_std: float | None = None
-    """std of the dynamics noise (default: the env's reset-noise scale, see DYN_NOISE_STD)"""
+    """std of the dynamics noise (None: the env's reset-noise scale, see DYN_NOISE_STD)"""
 
     # Algorithm
     total_timesteps: int = 150_000
@@ -128,7 +131,7 @@ class Args:
     world_model: Literal["cvae", "flow"] = "cvae"
     """the world model: the paper's cVAE, or a conditional RealNVP flow (the paper's world-model ablation)"""
     wm_hidden_dim: int | None = None
-    """width of the world model's hidden layers (default: the paper's, 1024 for the cVAE, 512 for the flow)"""
+    """width of the world model's hidden layers (None: the paper's, 1024 for the cVAE, 512 for the flow)"""
     wm_learning_rate: float = 1e-4
     """RAdam learning rate of the world model (weight decay 1e-4)"""
     wm_updates_per_step: int = 1
@@ -144,12 +147,22 @@ class Args:
     """episodes per evaluation"""
     contraction_frequency: int = 1_000
     """log the contraction factor gamma kappa of the Sobolev backup every this many steps (0: never)"""
+    capture_video: bool = False
+    """film the first episode of every evaluation to runs/<run_name>/videos/ (MuJoCo renders headless: MUJOCO_GL)"""
+    track: bool = False
+    """track the run with Weights & Biases: TensorBoard scalars, hyperparameters, code and videos"""
+    wandb_project_name: str = "dsdpg"
+    """the W&B project"""
+    wandb_entity: str | None = None
+    """the W&B entity, a user or team (None: your default)"""
     save_model: bool = False
     """save the trained actor and critics to runs/<run_name>/model.pt"""
     checkpoint_frequency: int = 10_000
     """write runs/<run_name>/checkpoint.pt at the first episode end after every this many steps (0: only at the end)"""
     resume: str | None = None
-    """path of a checkpoint.pt to resume (its run's settings are used; only --total-timesteps and --cuda may change)"""
+    """checkpoint.pt or its run folder to resume (the run's settings; --total-timesteps, --cuda, tracking may change)"""
+    evaluate: str | None = None
+    """evaluate a saved policy instead of training: model.pt, checkpoint.pt or their run folder (--eval-episodes)"""
 
 
 def check_args(args: Args) -> None:
@@ -178,7 +191,9 @@ def check_args(args: Args) -> None:
         (args.eval_frequency >= 1, "--eval-frequency must be >= 1"),
         (args.eval_episodes >= 1, "--eval-episodes must be >= 1"),
         (args.checkpoint_frequency >= 0 and args.contraction_frequency >= 0, "frequencies must be >= 0"),
-        (args.resume is None or os.path.isfile(args.resume), f"--resume: no such file {args.resume!r}"),
+        (args.resume is None or os.path.isfile(args.resume), f"--resume: no checkpoint at {args.resume!r}"),
+        (args.evaluate is None or os.path.isfile(args.evaluate), f"--evaluate: no model at {args.evaluate!r}"),
+        (args.evaluate is None or args.resume is None, "--evaluate and --resume exclude each other"),
     ]
     for ok, message in checks:
         if not ok:
@@ -249,10 +264,10 @@ class GaussianDynamicsNoise(gym.Wrapper):
         return base._get_obs(), reward, terminated, truncated, info
 
 
-def make_env(args: Args) -> gym.Env:
+def make_env(args: Args, render_mode: str | None = None) -> gym.Env:
     """The training/evaluation env: dynamics noise, episode statistics, actions in [-1, 1], observation noise, float32."""
     try:
-        env = gym.make(args.env_id)
+        env = gym.make(args.env_id, render_mode=render_mode)
     except gym.error.Error as error:
         raise ValueError(f"cannot make env {args.env_id!r}: {error}") from None
     if not isinstance(env.action_space, gym.spaces.Box):
@@ -269,6 +284,27 @@ def make_env(args: Args) -> gym.Env:
     space = env.observation_space
     float32_space = gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), dtype=np.float32)
     return gym.wrappers.TransformObservation(env, lambda obs: obs.astype(np.float32), float32_space)
+
+
+def make_eval_env(args: Args, video_dir: str | None) -> gym.Env:
+    """The evaluation env; with a video_dir, gymnasium's RecordVideo filming the first of every `eval_episodes` episodes.
+    MuJoCo renders headless with MUJOCO_GL (egl unless set, then osmesa); a backend that cannot render is refused."""
+    if video_dir is None:
+        return make_env(args)
+    errors = []
+    for backend in [os.environ["MUJOCO_GL"]] if "MUJOCO_GL" in os.environ else ["egl", "osmesa"]:
+        os.environ["MUJOCO_GL"] = backend
+        env = make_env(args, render_mode="rgb_array")
+        try:
+            env.reset(seed=0)
+            env.render()
+            warnings.filterwarnings("ignore", ".*Overwriting existing videos")  # file names are unique but for reruns
+            return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda episode: episode % args.eval_episodes == 0,
+                                           disable_logger=True)
+        except Exception as error:  # a missing GL library surfaces as anything from ImportError to AttributeError
+            errors.append(f"MUJOCO_GL={backend}: {type(error).__name__}: {' '.join(str(error).split())}")
+            env.close()
+    raise ValueError(f"--capture-video: cannot render ({'; '.join(errors)}); see the README's 'Tracking and videos'")
 
 
 def default_dyn_noise_std(env_id: str) -> float:
@@ -783,8 +819,9 @@ def contraction_factor(
 
 
 # TRAINING
-def evaluate(actor: Actor, env: gym.Env, num_episodes: int, seed: int, device: torch.device) -> float:
-    """Mean return of the deterministic policy over `num_episodes` episodes reset with seeds seed, seed+1, ..."""
+def evaluate(actor: Actor, env: gym.Env, num_episodes: int, seed: int, device: torch.device) -> list[float]:
+    """Returns of the deterministic policy over `num_episodes` episodes reset with seeds seed, seed+1, ...; a video being
+    recorded (RecordVideo, --capture-video) is written before returning."""
     returns = []
     for episode in range(num_episodes):
         obs, _ = env.reset(seed=seed + episode)
@@ -796,7 +833,9 @@ def evaluate(actor: Actor, env: gym.Env, num_episodes: int, seed: int, device: t
             episode_return += float(reward)
             done = terminated or truncated
         returns.append(episode_return)
-    return float(np.mean(returns))
+    if getattr(env, "recording", False):
+        env.stop_recording()
+    return returns
 
 
 def save_checkpoint(path: str, state: dict) -> None:
@@ -805,13 +844,55 @@ def save_checkpoint(path: str, state: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
+def file_in_run(path: str, *names: str) -> str:
+    """`path` itself, or in a run folder the first of the files `names` that exists there (else the first name)."""
+    if not os.path.isdir(path):
+        return path
+    found = [os.path.join(path, name) for name in names if os.path.isfile(os.path.join(path, name))]
+    return found[0] if found else os.path.join(path, names[0])
+
+
+def load_checkpoint(path: str) -> dict:
+    """torch.load(path, weights_only=True) of a checkpoint or model this script wrote; anything else is a ValueError."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # garbage, empty and truncated files fail in pickle, zip and OS errors alike
+        raise ValueError(f"cannot read {path!r} ({type(error).__name__}): it is damaged, empty or truncated") from None
+    script = os.path.basename(__file__)
+    if not isinstance(saved, dict) or saved.get("script") != script:
+        writer = saved.get("script") or "an older version of the scripts" if isinstance(saved, dict) else "something else"
+        raise ValueError(f"{path!r} was written by {writer}; this is {script}")
+    return saved
+
+
+def start_tracking(args: Args, run_dir: str):
+    """wandb.init as CleanRL does: TensorBoard synced, hyperparameters and code saved; the W&B run's id is the run
+    name, so a resumed run continues it. W&B files go to runs/wandb/. Returns the wandb module."""
+    run_name = os.path.basename(run_dir)
+    try:
+        import wandb  # only with --track
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=vars(args),
+                   name=run_name, id="".join(c if c.isalnum() or c in "-_" else "-" for c in run_name), resume="allow",
+                   save_code=True, dir=os.path.dirname(os.path.abspath(run_dir)))
+    except Exception as error:  # not installed, not logged in, no network, ...
+        reason = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+        raise ValueError(f"--track: cannot start W&B ({reason}); WANDB_MODE=offline logs locally") from None
+    return wandb
+
+
+def raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM, what Slurm and most schedulers send before killing a job, stops a run like Ctrl-C: checkpoint, exit."""
+    raise KeyboardInterrupt
+
+
 def resumed_args(cli_args: Args, saved: dict) -> Args:
-    """The checkpoint's settings; --total-timesteps, --cuda and --resume come from the command line."""
+    """The checkpoint's settings; the step budget, device, tracking and videos come from the command line."""
     args = Args(**saved)
     defaults = Args()
     for field in fields(Args):
         name = field.name
-        if name in ("total_timesteps", "cuda", "resume"):
+        if name in ("total_timesteps", "cuda", "resume", "capture_video", "track", "wandb_project_name", "wandb_entity"):
             setattr(args, name, getattr(cli_args, name))
         elif getattr(cli_args, name) != getattr(defaults, name) and getattr(cli_args, name) != saved[name]:
             print(f"warning: --{name.replace('_', '-')} ignored on resume (the run uses {saved[name]!r})", file=sys.stderr)
@@ -823,24 +904,62 @@ def fail(message: str) -> None:
     raise SystemExit(f"{os.path.basename(__file__)}: error: {message}")
 
 
-def main(args: Args) -> None:
+def evaluate_saved_model(args: Args) -> None:
+    """--evaluate: the saved actor over --eval-episodes deterministic episodes of its run's env, with the run's noise
+    settings and evaluation seeds; mean +- std printed and written to evaluation.json beside the model."""
     try:
         check_args(args)
-        checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True) if args.resume else None
+        saved = load_checkpoint(args.evaluate)
+        run_args = Args(**saved["args"])
+        if args.env_id not in (Args.env_id, run_args.env_id):
+            raise ValueError(f"{args.evaluate!r} holds a policy for {run_args.env_id}, not for {args.env_id}")
+        run_args.eval_episodes, run_dir = args.eval_episodes, os.path.dirname(os.path.abspath(args.evaluate))
+        env = make_eval_env(run_args, os.path.join(run_dir, "videos") if args.capture_video else None)
+        device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+        actor = Actor(env.observation_space.shape[0], env.action_space.shape[0], run_args.hidden_dim).to(device)
+        actor.load_state_dict(saved["actor"])
+    except ValueError as error:
+        fail(str(error))
+    except (RuntimeError, KeyError, TypeError) as error:
+        fail(f"cannot evaluate {args.evaluate!r}: {' '.join(str(error).split())}")
+    if args.capture_video:
+        env.name_prefix = "evaluate"
+    returns = evaluate(actor, env, args.eval_episodes, run_args.seed + 100_000, device)
+    result = {"model": args.evaluate, "env_id": run_args.env_id, "obs_noise": run_args.obs_noise,
+              "dyn_noise": run_args.dyn_noise, "episodes": len(returns), "mean_return": float(np.mean(returns)),
+              "std_return": float(np.std(returns)), "returns": returns}
+    with open(os.path.join(run_dir, "evaluation.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"eval return {result['mean_return']:.2f} +- {result['std_return']:.2f} over {len(returns)} episodes of "
+          f"{run_args.env_id}; written to {os.path.join(run_dir, 'evaluation.json')}")
+    env.close()
+
+
+def main(args: Args) -> None:
+    if args.resume is not None:
+        args.resume = file_in_run(args.resume, "checkpoint.pt")
+    if args.evaluate is not None:
+        args.evaluate = file_in_run(args.evaluate, "model.pt", "checkpoint.pt")
+        return evaluate_saved_model(args)
+    try:
+        check_args(args)
+        checkpoint = load_checkpoint(args.resume) if args.resume else None
         if checkpoint is not None:
             args = resumed_args(args, checkpoint["args"])
             check_args(args)
+            if args.total_timesteps < checkpoint["global_step"]:
+                raise ValueError(f"--total-timesteps {args.total_timesteps} is below the checkpoint's step "
+                                 f"{checkpoint['global_step']}: resuming would repeat steps")
+            run_dir = os.path.dirname(os.path.abspath(args.resume))
+        else:
+            run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
         env = make_env(args)
-        eval_env = make_env(args)
+        eval_env = make_eval_env(args, os.path.join(run_dir, "videos") if args.capture_video else None)
+        wandb = start_tracking(args, run_dir) if args.track else None
     except ValueError as error:
         fail(str(error))
     except (OSError, RuntimeError, KeyError, TypeError) as error:
-        fail(f"cannot resume from {args.resume!r}: {error}")
-
-    if checkpoint is not None:
-        run_dir = os.path.dirname(os.path.abspath(args.resume))
-    else:
-        run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        fail(f"cannot resume from {args.resume!r}: {' '.join(str(error).split())}")
     os.makedirs(run_dir, exist_ok=True)
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
@@ -899,7 +1018,8 @@ def main(args: Args) -> None:
     def training_state(next_step: int) -> dict:
         """Everything a resumed run needs: tensors and plain Python values only (loads with weights_only=True)."""
         return {
-            "args": asdict(args), "global_step": next_step, "num_critic_updates": num_critic_updates,
+            "script": os.path.basename(__file__), "args": asdict(args), "global_step": next_step,
+            "num_critic_updates": num_critic_updates,
             "actor": actor.state_dict(), "critic": critic.state_dict(),
             "target_actor": target_actor.state_dict(), "target_critic": target_critic.state_dict(),
             "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
@@ -921,10 +1041,11 @@ def main(args: Args) -> None:
     losses: dict[str, torch.Tensor] = {}
     monitor_contraction = args.contraction_frequency > 0
     last_checkpoint_step, sps = start_step, 0
-    start_time = time.time()
+    start_time = learning_start_time = time.time()
     progress = tqdm(range(start_step, args.total_timesteps), initial=start_step, total=args.total_timesteps,
                     desc=args.exp_name, mininterval=1.0, dynamic_ncols=True)
     global_step = start_step
+    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     try:
         for global_step in progress:
             # ALGO LOGIC: put action logic here
@@ -1008,6 +1129,16 @@ def main(args: Args) -> None:
                 sps = int((global_step + 1 - start_step) / (time.time() - start_time))
                 writer.add_scalar("charts/SPS", sps, global_step)
                 progress.set_postfix(SPS=sps, eval=eval_returns[-1] if eval_returns else None, refresh=False)
+            if global_step == args.learning_starts:
+                learning_start_time = time.time()
+            elif global_step == args.learning_starts + 5 and device.type == "cpu":  # first contact: what a CPU costs
+                seconds, steps_left = (time.time() - learning_start_time) / 5, args.total_timesteps - global_step
+                if seconds * steps_left > 3600:
+                    progress.write(f"note: {seconds:.2f} s per step measured on this CPU, {seconds * steps_left / 3600:.0f} h "
+                                   f"for the {steps_left} steps left; the defaults are the paper's GPU sizes. A CPU-sized run "
+                                   f"(README): python {os.path.basename(__file__)} --env-id PointMass-v0 --total-timesteps "
+                                   "15000 --learning-starts 1000 --hidden-dim 64 --wm-hidden-dim 64 --batch-size 64 "
+                                   "--updates-per-step 1 --learning-rate 1e-3 --wm-learning-rate 1e-3 --eval-frequency 1000")
 
             if monitor_contraction and global_step >= args.learning_starts and global_step % args.contraction_frequency == 0:
                 with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # training draws stay the same
@@ -1017,10 +1148,15 @@ def main(args: Args) -> None:
                 writer.add_scalar("charts/contraction_gamma_kappa_max", factors.max().item(), global_step)
 
             if (global_step + 1) % args.eval_frequency == 0 or global_step + 1 == args.total_timesteps:
-                eval_return = evaluate(actor, eval_env, args.eval_episodes, args.seed + 100_000, device)
+                if args.capture_video:
+                    eval_env.name_prefix = f"eval-step-{global_step + 1}"  # the evaluation's first episode is filmed
+                eval_return = float(np.mean(evaluate(actor, eval_env, args.eval_episodes, args.seed + 100_000, device)))
                 eval_steps.append(global_step + 1)
                 eval_returns.append(eval_return)
                 writer.add_scalar("eval/episodic_return", eval_return, global_step + 1)
+                if args.capture_video and wandb is not None:
+                    videos = glob.glob(os.path.join(run_dir, "videos", f"eval-step-{global_step + 1}-*.mp4"))
+                    wandb.log({"videos/eval": wandb.Video(videos[0], format="mp4")})
                 progress.set_postfix(SPS=sps, eval=eval_return, refresh=False)
 
             if terminated or truncated:
@@ -1037,8 +1173,8 @@ def main(args: Args) -> None:
 
     save_checkpoint(checkpoint_path, training_state(args.total_timesteps))
     if args.save_model:
-        torch.save({"actor": actor.state_dict(), "critic": critic.state_dict(), "args": asdict(args)},
-                   os.path.join(run_dir, "model.pt"))
+        torch.save({"script": os.path.basename(__file__), "actor": actor.state_dict(), "critic": critic.state_dict(),
+                    "args": asdict(args)}, os.path.join(run_dir, "model.pt"))
     summary = {
         "final_eval_return": eval_returns[-1],
         "eval_steps": eval_steps,
@@ -1053,7 +1189,9 @@ def main(args: Args) -> None:
     env.close()
     eval_env.close()
     writer.close()
+    if wandb is not None:
+        wandb.finish()
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    main(tyro.cli(Args, description=__doc__.split("\n\n")[0]))

@@ -18,8 +18,8 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def only_run_dir(cwd: str | Path) -> Path:
-    """The single run directory a script created under cwd/runs."""
-    runs = list((Path(cwd) / "runs").iterdir())
+    """The single run directory a script created under cwd/runs (runs/wandb holds W&B's files, with --track)."""
+    runs = [path for path in (Path(cwd) / "runs").iterdir() if path.name != "wandb"]
     assert len(runs) == 1, runs
     return runs[0]
 
@@ -39,3 +39,31 @@ def run_script(script: str, *flags: str, cwd: str | Path, timeout: float = 600) 
 def error_lines(result: subprocess.CompletedProcess) -> list[str]:
     """The non-empty stderr lines, progress-bar redraws removed."""
     return [line for line in result.stderr.replace("\r", "\n").splitlines() if line.strip() and "it/s" not in line]
+
+
+def read_wandb_run(run_file: str | Path) -> tuple[list[dict], dict]:
+    """(history rows, config) of an offline W&B run file (run-<id>.wandb): W&B's LevelDB-style log of protobuf records
+    (a 7-byte header, then 32 KiB blocks of [crc32 (4), length (2), type (1), data] chunks; type 1 = whole record,
+    2/3/4 = first/middle/last piece)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, pos, pending, rows, config = Path(run_file).read_bytes(), 7, b"", [], {}
+    assert data[:4] == b":W&B", "not a W&B run file"
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # a block's tail too short for a chunk header is padding
+            pos += 32768 - pos % 32768
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            kind = record.WhichOneof("record_type")
+            if kind == "history":
+                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                             for item in record.history.item})
+            elif kind in ("config", "run"):  # the hyperparameters come with the run record, later changes alone
+                items = record.config.update if kind == "config" else record.run.config.update
+                config.update({item.key: json.loads(item.value_json) for item in items})
+    return rows, config

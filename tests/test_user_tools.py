@@ -1,0 +1,165 @@
+"""What CleanRL's users reach for, end to end as a user runs it: --track (W&B, offline), --capture-video (MP4s read
+back), --evaluate of a saved policy, and runs that stop or resume badly (damaged checkpoints, another script's
+checkpoint, a run folder, a smaller step budget, SIGTERM), the CPU cost note and --help."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import imageio
+import pytest
+import torch
+
+from helpers import ROOT, error_lines, only_run_dir, read_scalars, read_summary, read_wandb_run, run_script
+
+SCRIPTS = ["td3_huber.py", "mage_huber_sobolev.py", "mmd_critic.py", "iqn.py", "dsdpg_mmd_sobolev.py",
+           "dsdpg_msmmd_sobolev.py"]
+TINY = ["--env-id", "PointMass-v0", "--learning-starts", "100", "--hidden-dim", "16", "--wm-hidden-dim", "16",
+        "--batch-size", "16", "--updates-per-step", "1", "--eval-episodes", "2", "--contraction-frequency", "0"]
+
+
+def train(cwd: Path, *flags: str, script: str = "td3_huber.py", env: dict | None = None) -> Path:
+    result = subprocess.run([sys.executable, str(ROOT / script), *TINY, *flags], cwd=cwd, capture_output=True,
+                            text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr
+    return only_run_dir(cwd)
+
+
+def video_frames(path: Path) -> tuple[int, tuple[int, ...]]:
+    """(frame count, frame shape) of an MP4, decoded with ffmpeg."""
+    reader = imageio.get_reader(path)
+    try:
+        return reader.count_frames(), reader.get_data(0).shape
+    finally:
+        reader.close()
+
+
+def test_track_writes_an_offline_wandb_run_with_the_eval_curve_and_videos(tmp_path):
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    run_dir = train(tmp_path, "--total-timesteps", "300", "--eval-frequency", "150", "--track", "--capture-video",
+                    env=env)
+    (run_file,) = (tmp_path / "runs" / "wandb").glob(f"offline-run-*-{run_dir.name}/run-{run_dir.name}.wandb")
+    history, config = read_wandb_run(run_file)
+    evals = [(row["global_step"], row["eval/episodic_return"]) for row in history if "eval/episodic_return" in row]
+    summary = read_summary(run_dir)
+    assert evals == list(zip(summary["eval_steps"], summary["eval_returns"]))
+    assert any("losses/qf_loss" in row for row in history)
+    videos = [row["videos/eval/path"] for row in history if row.get("videos/eval/_type") == "video-file"]
+    assert len(videos) == 2 and all((run_file.parent / "files" / video).is_file() for video in videos)
+    assert config["env_id"] == "PointMass-v0" and config["track"] is True  # the hyperparameters
+
+
+def test_capture_video_films_the_first_episode_of_every_evaluation(tmp_path):
+    run_dir = train(tmp_path, "--total-timesteps", "300", "--eval-frequency", "150", "--capture-video")
+    videos = sorted((run_dir / "videos").glob("*.mp4"))
+    assert [v.name.split("-episode-")[0] for v in videos] == ["eval-step-150", "eval-step-300"]
+    for video in videos:
+        frames, shape = video_frames(video)
+        assert 2 <= frames <= 26 and shape == (256, 256, 3)  # reset frame + at most 25 steps of the point mass
+
+
+def mujoco_renders() -> str | None:
+    """None if MuJoCo renders headless here, else why not."""
+    probe = "import gymnasium as gym; e = gym.make('Hopper-v4', render_mode='rgb_array'); e.reset(seed=0); e.render()"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
+    return None if result.returncode == 0 else (result.stderr.strip().splitlines() or ["?"])[-1]
+
+
+def test_capture_video_renders_mujoco_headless(tmp_path):
+    reason = mujoco_renders()
+    if reason is not None:
+        pytest.skip(f"MuJoCo cannot render headless on this machine: {reason}")
+    flags = [f for f in TINY if f != "PointMass-v0"]
+    flags[flags.index("--env-id") + 1:flags.index("--env-id") + 1] = ["Hopper-v4"]
+    result = run_script("td3_huber.py", *flags, "--total-timesteps", "120", "--eval-frequency", "120",
+                        "--eval-episodes", "1", "--capture-video", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (video,) = (only_run_dir(tmp_path) / "videos").glob("*.mp4")
+    frames, shape = video_frames(video)
+    assert frames >= 2 and shape == (480, 480, 3)
+
+
+def test_evaluate_reproduces_the_final_evaluation_and_refuses_other_models(tmp_path):
+    run_dir = train(tmp_path, "--total-timesteps", "250", "--eval-frequency", "250", "--save-model")
+    result = run_script("td3_huber.py", "--evaluate", str(run_dir), "--eval-episodes", "2", "--capture-video",
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    evaluation = json.loads((run_dir / "evaluation.json").read_text())
+    assert evaluation["model"].endswith("model.pt") and evaluation["episodes"] == 2
+    # the same policy, env, noise settings and evaluation seeds as the run's final evaluation
+    assert evaluation["mean_return"] == pytest.approx(read_summary(run_dir)["final_eval_return"])
+    assert "+-" in result.stdout and (run_dir / "videos" / "evaluate-episode-0.mp4").is_file()
+    for script, flags, message in [
+        ("iqn.py", [], "written by td3_huber.py"),
+        ("td3_huber.py", ["--env-id", "Hopper-v4"], "a policy for PointMass-v0, not for Hopper-v4"),
+        ("td3_huber.py", ["--resume", str(run_dir)], "--evaluate and --resume exclude each other"),
+    ]:
+        result = run_script(script, "--evaluate", str(run_dir / "model.pt"), *flags, cwd=tmp_path)
+        lines = error_lines(result)
+        assert result.returncode == 1 and len(lines) == 1 and message in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_damaged_checkpoints_are_refused_in_one_line(tmp_path, script):
+    """Every file once with td3_huber.py (--resume and --evaluate), garbage with the others (the same code in each)."""
+    files = {"garbage.pt": os.urandom(2000), "empty.pt": b""}
+    buffer = tmp_path / "whole.pt"
+    torch.save({"script": script, "args": {}, "actor": torch.zeros(3)}, buffer)
+    files["truncated.pt"] = buffer.read_bytes()[:300]
+    cases = [(name, flag) for name in files for flag in ("--resume", "--evaluate")]
+    for name, flag in cases if script == "td3_huber.py" else [("garbage.pt", "--resume")]:
+        (tmp_path / name).write_bytes(files[name])
+        result = run_script(script, flag, str(tmp_path / name), cwd=tmp_path)
+        lines = error_lines(result)
+        assert result.returncode == 1 and len(lines) == 1, result.stderr
+        assert f"cannot read '{tmp_path / name}'" in lines[0] and "damaged, empty or truncated" in lines[0]
+
+
+def test_resume_takes_a_run_folder_and_refuses_other_scripts_and_smaller_budgets(tmp_path):
+    run_dir = train(tmp_path, "--total-timesteps", "200", "--eval-frequency", "100")
+    result = run_script("dsdpg_mmd_sobolev.py", "--resume", str(run_dir), cwd=tmp_path)
+    lines = error_lines(result)
+    assert result.returncode == 1 and len(lines) == 1 and "was written by td3_huber.py" in lines[0]
+    result = run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", "150", cwd=tmp_path)
+    lines = error_lines(result)
+    assert result.returncode == 1 and len(lines) == 1 and "below the checkpoint's step 200" in lines[0]
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["global_step"] == 200  # not rewritten
+    result = run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", "300", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert read_summary(run_dir)["eval_steps"] == [100, 200, 300]
+
+
+def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(tmp_path):
+    command = [sys.executable, str(ROOT / "td3_huber.py"), *TINY, "--total-timesteps", "3000000",
+               "--eval-frequency", "1000000"]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    note = process.stdout.readline()  # printed at the 5th learning step: ms per step x 3M steps is hours
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert note.startswith("note:") and "s per step measured on this CPU" in note and "PointMass-v0" in note
+    lines = error_lines(subprocess.CompletedProcess(command, process.returncode, "", stderr))
+    assert process.returncode == 1 and len(lines) == 1 and "interrupted at step" in lines[0], stderr
+    run_dir = only_run_dir(tmp_path)
+    step = torch.load(run_dir / "checkpoint.pt", weights_only=True)["global_step"]
+    assert 105 <= step and f"resume with --resume {run_dir.relative_to(tmp_path) / 'checkpoint.pt'}" in lines[0]
+    result = run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", str(step + 20), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert read_summary(run_dir)["eval_steps"][-1] == step + 20
+    assert max(s for s, _ in read_scalars(run_dir)["losses/qf_loss"]) >= 100
+
+
+@pytest.mark.parametrize("script", ["td3_huber.py", "dsdpg_msmmd_sobolev.py"])
+def test_help_describes_the_script_and_prints_each_default_once(tmp_path, script):
+    result = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "200"}, timeout=120)
+    assert result.returncode == 0
+    first_line = (ROOT / script).read_text().split('"""')[1].splitlines()[0]
+    assert " ".join(first_line.split()[:6]) in " ".join(result.stdout.split())
+    for flag in ("--wm-hidden-dim", "--dyn-noise-std", "--track", "--capture-video", "--evaluate", "--dyna-reward"):
+        entry = result.stdout.split(flag, 1)[1].split("\n│ --", 1)[0]
+        assert entry.count("(default:") == 1, (flag, entry)
