@@ -7,8 +7,6 @@ top 25 % by return dropped (TQC). Diff against td3_huber.py: the critic; against
 
 Usage:
     python dsdpg_mmd_sobolev.py --env-id Walker2d-v4 --obs-noise mult
-    python dsdpg_mmd_sobolev.py --env-id PointMass-v0 --truncation 5 --hidden-dim 64 --wm-hidden-dim 64
-    python dsdpg_mmd_sobolev.py --resume runs/<run_name>/checkpoint.pt       # continue a stopped run
 Outputs go to runs/<run_name>/: TensorBoard events, summary.json, checkpoint.pt (and model.pt with --save-model).
 
 Choices the paper leaves open, fixed here:
@@ -422,6 +420,40 @@ class RunningNormaliser(nn.Module):
         return x * self.std[part] + self.mean[part]
 
 
+class PerCopyPrior(torch.autograd.Function):
+    """The cVAE prior's output for rows that come in groups of `copies` identical conditions (the per-sample copies of
+    one pair that per-sample gradients need), computed once per group, while every row keeps its own gradient: the
+    backward applies the group's Jacobian, taken in forward mode with one tangent per input column in `columns`, to
+    each row's cotangent. The same numbers as the prior on every row, at a fraction of its cost; vmap-able, so it runs
+    under batched backward passes."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(cond: torch.Tensor, prior: nn.Module, copies: int, columns: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """cond (G*copies, C) -> (prior output (G*copies, P), Jacobian (T, G, P) w.r.t. the T columns)."""
+        group_cond = cond.detach()[::copies]  # (G, C); detached: the gradient is this Function's backward
+        tangents = torch.eye(cond.shape[-1], dtype=cond.dtype, device=cond.device)[columns]  # (T, C)
+        jacobian = torch.func.vmap(lambda t: torch.func.jvp(prior, (group_cond,), (t.expand_as(group_cond),))[1])(tangents)
+        return prior(group_cond).repeat_interleave(copies, 0), jacobian
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple, output: tuple) -> None:
+        cond, _, ctx.copies, ctx.columns = inputs
+        ctx.num_columns = cond.shape[-1]
+        ctx.save_for_backward(output[1])
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, _: torch.Tensor) -> tuple:
+        (jacobian,) = ctx.saved_tensors  # (T, G, P)
+        num_tangents, groups, width = jacobian.shape
+        grad_columns = grad.reshape(groups, ctx.copies, width) @ jacobian.permute(1, 2, 0)  # (G, copies, T)
+        start, stop, _ = ctx.columns.indices(ctx.num_columns)
+        grad_cond = F.pad(grad_columns.reshape(groups * ctx.copies, num_tangents), (start, ctx.num_columns - stop))
+        return grad_cond, None, None, None
+
+
 class WorldModel(nn.Module):
     """Conditional VAE of (ds, r) = (s' - s, r) given (s, a), in normalised coordinates.
 
@@ -469,12 +501,18 @@ class WorldModel(nn.Module):
         return (reconstruction + self.kl_weight * kl).mean()
 
     def sample(
-        self, obs: torch.Tensor, actions: torch.Tensor, n: int, noise: torch.Tensor | None = None
+        self, obs: torch.Tensor, actions: torch.Tensor, n: int, noise: torch.Tensor | None = None, copies: int = 1
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """n samples per pair: obs (B, S), actions (B, A) -> next_obs (B, n, S), rewards (B, n); differentiable.
-        `noise` (B, n, L), the standard-normal draws behind the samples, is drawn here unless given."""
+        `noise` (B, n, L), the standard-normal draws behind the samples, is drawn here unless given. `copies` > 1: the
+        rows come in groups of that many identical pairs; the prior runs once per group (PerCopyPrior), with tangents
+        for the actions, and for the states too if `obs` requires a gradient."""
         cond = self.condition(obs, actions)  # (B, S+A)
-        p_mean, p_log_std = self.gaussian(self.prior(cond))  # (B, L) each
+        if copies > 1:
+            columns = slice(0 if obs.requires_grad else obs.shape[-1], cond.shape[-1])
+            p_mean, p_log_std = self.gaussian(PerCopyPrior.apply(cond, self.prior, copies, columns)[0])  # (B, L) each
+        else:
+            p_mean, p_log_std = self.gaussian(self.prior(cond))  # (B, L) each
         if noise is None:
             noise = torch.randn(obs.shape[0], n, self.latent_dim, device=obs.device)
         eps = p_mean[:, None] + p_log_std.exp()[:, None] * noise  # (B, n, L)
@@ -626,10 +664,11 @@ class FlowWorldModel(nn.Module):
         return -self.log_prob(target, cond).mean()
 
     def sample(
-        self, obs: torch.Tensor, actions: torch.Tensor, n: int, noise: torch.Tensor | None = None
+        self, obs: torch.Tensor, actions: torch.Tensor, n: int, noise: torch.Tensor | None = None, copies: int = 1
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """n samples per pair: obs (B, S), actions (B, A) -> next_obs (B, n, S), rewards (B, n); differentiable.
-        `noise` (B, n, D), the base draws z ~ N(0, I) behind the samples, is drawn here unless given."""
+        `noise` (B, n, D), the base draws z ~ N(0, I) behind the samples, is drawn here unless given. `copies` is the
+        cVAE's: every coupling of the flow conditions on its own row, so nothing can be shared between copies."""
         cond = self.condition(obs, actions)[:, None].expand(-1, n, -1)  # (B, n, S+A)
         if noise is None:
             noise = torch.randn(obs.shape[0], n, self.dim, device=obs.device)
@@ -740,27 +779,29 @@ def sobolev_targets(
 
     (s'_k, r^_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise), y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k),
     r_k the replay reward with r^_k's gradient or r^_k itself (`dyna_reward` "replay" or "model", see `dyna_rewards`).
-    Every sample has its own copy of the inputs and the critics' gradients come from one backward pass batched over the
-    critics, so no gradient is summed over samples or mixed between critics. The noise (smoothing noise held fixed) is
-    drawn in a fixed order whatever `actions` is: under one seed the function is deterministic in `actions`.
+    Every sample has its own copy of the inputs, every critic its own cotangent: no gradient is summed over samples or
+    mixed between critics. The noise is drawn in a fixed order whatever `actions` is (deterministic in it per seed).
     """
     batch, n, act_dim, num_critics = obs.shape[0], num_samples, actions.shape[-1], target_critic.num_critics
     with torch.enable_grad():
         sample_actions = actions.detach()[:, None].expand(batch, n, act_dim).clone().requires_grad_()  # a leaf per sample
         sample_obs = obs.detach()[:, None].expand(batch, n, obs.shape[-1]).clone().requires_grad_(complete)
-        next_obs, model_rewards = world_model.sample(sample_obs.flatten(0, 1), sample_actions.reshape(batch * n, act_dim), 1)
+        next_obs, model_rewards = world_model.sample(sample_obs.flatten(0, 1), sample_actions.flatten(0, 1), 1, copies=n)
         next_obs, model_rewards = next_obs[:, 0], model_rewards.reshape(batch, n)  # (B*N, S), (B, N)
         next_actions = target_actor(next_obs)  # (B*N, A)
         smoothing = (torch.randn_like(next_actions) * policy_noise).clamp(-noise_clip, noise_clip)
         next_actions = (next_actions + smoothing).clamp(-1.0, 1.0)
         noise = torch.randn(num_critics, batch * n, target_critic.noise_dim, device=obs.device)
-        next_z = target_critic(next_obs, next_actions, noise).reshape(num_critics, batch, n)  # (E, B, N)
+        critic_inputs = [x.detach().requires_grad_()[None].expand(num_critics, -1, -1) for x in (next_obs, next_actions)]
+        next_z = target_critic(*critic_inputs, noise).reshape(num_critics, batch, n)  # (E, B, N), each on its own (s', a')
+        dz_ds, dz_da = torch.autograd.grad(next_z.sum(), critic_inputs)  # (E, B*N, S), (E, B*N, A): one pass, no zeros
         rewards = dyna_rewards(rewards[:, None], model_rewards, dyna_reward)  # (B, N)
         returns = rewards + gamma * (1.0 - terminations)[:, None] * next_z  # (E, B, N)
-        # one backward pass per target critic, batched over the critics: cotangent e selects critic e's returns
-        cotangents = torch.eye(num_critics, device=obs.device)[:, :, None, None].expand(-1, -1, batch, n)
+        # dy_e/da = dr/da + gamma (1 - d) (dz_e/ds' ds'/da + dz_e/da' da'/da): world model and actor batched over e
+        discount = (gamma * (1.0 - terminations))[:, None].expand(batch, n).reshape(batch * n, 1)  # (B*N, 1)
+        cotangents = (torch.ones(num_critics, batch, n, device=obs.device), discount * dz_ds, discount * dz_da)
         inputs = (sample_actions, sample_obs) if complete else (sample_actions,)
-        grads = torch.autograd.grad(returns, inputs, cotangents, is_grads_batched=True)  # (E, B, N, A) [, (E, B, N, S)]
+        grads = torch.autograd.grad((rewards, next_obs, next_actions), inputs, cotangents, is_grads_batched=True)
     targets = torch.cat([returns.detach().unsqueeze(-1), *grads], -1)  # (E, B, N, 1+A[+S])
     return targets.transpose(0, 1).reshape(batch, num_critics * n, targets.shape[-1])
 
@@ -1089,8 +1130,9 @@ def main(args: Args) -> None:
 
                     if num_critic_updates % args.policy_frequency == 0:
                         policy_obs = data.obs.repeat_interleave(args.num_samples_policy, 0)  # (B*M, S)
+                        policy_actions = actor(data.obs).repeat_interleave(args.num_samples_policy, 0)  # pi once per state
                         critic_noise = torch.randn(1, policy_obs.shape[0], args.noise_dim, device=device)  # critic 1's alone
-                        actor_loss = -critic(policy_obs, actor(policy_obs), critic_noise)[0].mean()
+                        actor_loss = -critic(policy_obs, policy_actions, critic_noise)[0].mean()
                         actor_optimizer.zero_grad()
                         actor_loss.backward(inputs=list(actor.parameters()))  # no gradients for the critic's weights
                         actor_optimizer.step()
@@ -1112,10 +1154,8 @@ def main(args: Args) -> None:
                 if global_step % 100 == 0:
                     writer.add_scalar("losses/qf1_values", predictions[0, ..., 0].mean().item(), global_step)
                     writer.add_scalar("losses/qf2_values", predictions[1, ..., 0].mean().item(), global_step)
-                    writer.add_scalar("losses/qf1_action_grad_norm",
-                                      predictions[0, ..., 1:act_dim + 1].norm(dim=-1).mean(), global_step)
-                    writer.add_scalar("losses/target_action_grad_norm",
-                                      targets[..., 1:act_dim + 1].norm(dim=-1).mean(), global_step)
+                    writer.add_scalar("losses/qf1_action_grad_norm", predictions[0, ..., 1:act_dim + 1].norm(dim=-1).mean(), global_step)
+                    writer.add_scalar("losses/target_action_grad_norm", targets[..., 1:act_dim + 1].norm(dim=-1).mean(), global_step)
                     for name, value in losses.items():
                         writer.add_scalar(f"losses/{name}", value.item(), global_step)
             if global_step % 100 == 0:

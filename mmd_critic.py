@@ -424,6 +424,40 @@ class RunningNormaliser(nn.Module):
         return x * self.std[part] + self.mean[part]
 
 
+class PerCopyPrior(torch.autograd.Function):
+    """The cVAE prior's output for rows that come in groups of `copies` identical conditions (the per-sample copies of
+    one pair that per-sample gradients need), computed once per group, while every row keeps its own gradient: the
+    backward applies the group's Jacobian, taken in forward mode with one tangent per input column in `columns`, to
+    each row's cotangent. The same numbers as the prior on every row, at a fraction of its cost; vmap-able, so it runs
+    under batched backward passes."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(cond: torch.Tensor, prior: nn.Module, copies: int, columns: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """cond (G*copies, C) -> (prior output (G*copies, P), Jacobian (T, G, P) w.r.t. the T columns)."""
+        group_cond = cond.detach()[::copies]  # (G, C); detached: the gradient is this Function's backward
+        tangents = torch.eye(cond.shape[-1], dtype=cond.dtype, device=cond.device)[columns]  # (T, C)
+        jacobian = torch.func.vmap(lambda t: torch.func.jvp(prior, (group_cond,), (t.expand_as(group_cond),))[1])(tangents)
+        return prior(group_cond).repeat_interleave(copies, 0), jacobian
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple, output: tuple) -> None:
+        cond, _, ctx.copies, ctx.columns = inputs
+        ctx.num_columns = cond.shape[-1]
+        ctx.save_for_backward(output[1])
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, _: torch.Tensor) -> tuple:
+        (jacobian,) = ctx.saved_tensors  # (T, G, P)
+        num_tangents, groups, width = jacobian.shape
+        grad_columns = grad.reshape(groups, ctx.copies, width) @ jacobian.permute(1, 2, 0)  # (G, copies, T)
+        start, stop, _ = ctx.columns.indices(ctx.num_columns)
+        grad_cond = F.pad(grad_columns.reshape(groups * ctx.copies, num_tangents), (start, ctx.num_columns - stop))
+        return grad_cond, None, None, None
+
+
 class WorldModel(nn.Module):
     """Conditional VAE of (ds, r) = (s' - s, r) given (s, a), in normalised coordinates.
 
@@ -471,12 +505,18 @@ class WorldModel(nn.Module):
         return (reconstruction + self.kl_weight * kl).mean()
 
     def sample(
-        self, obs: torch.Tensor, actions: torch.Tensor, n: int, noise: torch.Tensor | None = None
+        self, obs: torch.Tensor, actions: torch.Tensor, n: int, noise: torch.Tensor | None = None, copies: int = 1
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """n samples per pair: obs (B, S), actions (B, A) -> next_obs (B, n, S), rewards (B, n); differentiable.
-        `noise` (B, n, L), the standard-normal draws behind the samples, is drawn here unless given."""
+        `noise` (B, n, L), the standard-normal draws behind the samples, is drawn here unless given. `copies` > 1: the
+        rows come in groups of that many identical pairs; the prior runs once per group (PerCopyPrior), with tangents
+        for the actions, and for the states too if `obs` requires a gradient."""
         cond = self.condition(obs, actions)  # (B, S+A)
-        p_mean, p_log_std = self.gaussian(self.prior(cond))  # (B, L) each
+        if copies > 1:
+            columns = slice(0 if obs.requires_grad else obs.shape[-1], cond.shape[-1])
+            p_mean, p_log_std = self.gaussian(PerCopyPrior.apply(cond, self.prior, copies, columns)[0])  # (B, L) each
+        else:
+            p_mean, p_log_std = self.gaussian(self.prior(cond))  # (B, L) each
         if noise is None:
             noise = torch.randn(obs.shape[0], n, self.latent_dim, device=obs.device)
         eps = p_mean[:, None] + p_log_std.exp()[:, None] * noise  # (B, n, L)
@@ -628,10 +668,11 @@ class FlowWorldModel(nn.Module):
         return -self.log_prob(target, cond).mean()
 
     def sample(
-        self, obs: torch.Tensor, actions: torch.Tensor, n: int, noise: torch.Tensor | None = None
+        self, obs: torch.Tensor, actions: torch.Tensor, n: int, noise: torch.Tensor | None = None, copies: int = 1
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """n samples per pair: obs (B, S), actions (B, A) -> next_obs (B, n, S), rewards (B, n); differentiable.
-        `noise` (B, n, D), the base draws z ~ N(0, I) behind the samples, is drawn here unless given."""
+        `noise` (B, n, D), the base draws z ~ N(0, I) behind the samples, is drawn here unless given. `copies` is the
+        cVAE's: every coupling of the flow conditions on its own row, so nothing can be shared between copies."""
         cond = self.condition(obs, actions)[:, None].expand(-1, n, -1)  # (B, n, S+A)
         if noise is None:
             noise = torch.randn(obs.shape[0], n, self.dim, device=obs.device)
@@ -1100,8 +1141,9 @@ def main(args: Args) -> None:
 
                     if num_critic_updates % args.policy_frequency == 0:
                         policy_obs = data.obs.repeat_interleave(args.num_samples_policy, 0)  # (B*M, S)
+                        policy_actions = actor(data.obs).repeat_interleave(args.num_samples_policy, 0)  # pi once per state
                         critic_noise = torch.randn(1, policy_obs.shape[0], args.noise_dim, device=device)  # critic 1's alone
-                        actor_loss = -critic(policy_obs, actor(policy_obs), critic_noise)[0].mean()
+                        actor_loss = -critic(policy_obs, policy_actions, critic_noise)[0].mean()
                         actor_optimizer.zero_grad()
                         actor_loss.backward(inputs=list(actor.parameters()))  # no gradients for the critic's weights
                         actor_optimizer.step()

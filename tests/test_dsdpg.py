@@ -218,7 +218,7 @@ class LinearGaussianModel:
     def __init__(self, m, p, c):
         self.m, self.p, self.c = m, p, c
 
-    def sample(self, obs, actions, n):
+    def sample(self, obs, actions, n, copies=1):  # copies: the cVAE's prior sharing, nothing to share here
         eps = torch.randn(obs.shape[0], n, obs.shape[1] + 1)
         next_obs = (obs @ self.m.T + actions @ self.p.T)[:, None] + 0.1 * eps[..., :-1]
         return next_obs, (actions @ self.c)[:, None] + 0.1 * eps[..., -1]
