@@ -142,8 +142,7 @@ class Args:
     wm_updates_per_step: int = 1
     """world-model gradient steps per environment step"""
     dyna_reward: Literal["replay", "model"] = "replay"
-    """the Dyna target's reward: `replay` has the replay row's value (paired with its termination flag) and the world
-    model's gradient d r^/da; `model` is the world model's sample r^ (the paper's literal reading)"""
+    """the Dyna target's reward: `replay` = the replay row's value (as its done flag) with the model's d r^/da; `model` = r^"""
 
     # Evaluation, logging, checkpoints
     eval_frequency: int = 5_000

@@ -121,8 +121,7 @@ class Args:
     wm_updates_per_step: int = 1
     """world-model gradient steps per environment step"""
     dyna_reward: Literal["replay", "model"] = "replay"
-    """the Dyna target's reward: `replay` has the replay row's value (paired with its termination flag) and the world
-    model's gradient d r^/da; `model` is the world model's sample r^ (the paper's literal reading)"""
+    """the Dyna target's reward: `replay` = the replay row's value (as its done flag) with the model's d r^/da; `model` = r^"""
 
     # Evaluation, logging, checkpoints
     eval_frequency: int = 5_000
@@ -735,7 +734,7 @@ def sobolev_targets(
 
 def sobolev_samples(critic: Critic, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """(Q_e(s, a), dQ_e/da) of every online critic, graph kept for double backprop: (B, S), (B, A) -> (E, B, 1+A)."""
-    critic_actions = actions.detach()[None].expand(critic.num_critics, -1, -1).clone().requires_grad_()
+    critic_actions = actions.detach().requires_grad_()[None].expand(critic.num_critics, -1, -1)  # a view per critic
     q_values = critic(obs, critic_actions)  # (E, B)
     dq_da = torch.autograd.grad(q_values.sum(), critic_actions, create_graph=True)[0]  # (E, B, A)
     return torch.cat([q_values.unsqueeze(-1), dq_da], -1)

@@ -7,7 +7,9 @@ iteration after learning starts: the env step, the world-model step and the `--u
 their actor updates. K is chosen per script from probes of doubling length so that the timed part lasts about
 `--seconds`. FLOPs per iteration are counted the same way under `torch.utils.flop_counter.FlopCounterMode` (two short
 runs), and divided by the time to give the achieved FLOP/s, reported against the machine's dense fp32 matmul FLOP/s
-measured in the same process.
+measured in the same process. With `--breakdown` (default) one critic update per script is also split by part (world-
+model prior and decoder or flow, target actor, target critics, online critics with their double backprop, and the
+rest: loss, kernels, slicing and operations no module claims) and by pass (forward, backward), in FLOPs and ms.
 
 Usage:
     python benchmarks/timing.py --env-id Hopper-v4
@@ -16,7 +18,9 @@ Usage:
 A script name may carry settings of its own after "@" (comma-separated name=value), e.g. a world-model variant.
 """
 
+import collections
 import contextlib
+import copy
 import importlib
 import io
 import json
@@ -29,7 +33,9 @@ from dataclasses import dataclass, field
 
 import torch
 import tyro
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
+from torch.utils.module_tracker import ModuleTracker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALL_SCRIPTS = ("td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev")
@@ -51,6 +57,8 @@ class Args:
     """torch CPU threads (default: torch's own choice)"""
     out: str | None = None
     """also write the table as JSON to this path"""
+    breakdown: bool = True
+    """also print each script's critic update by part (FLOPs, ms) from one update on a random batch"""
     script_flags: list[str] = field(default_factory=list)
     """extra `name=value` settings for every script's Args (e.g. hidden_dim=256), parsed as JSON when possible"""
 
@@ -108,6 +116,92 @@ def flops_per_iteration(module, args: Args, variant: list[str]) -> float:
     return (counts[1] - counts[0]) / args.flop_iterations
 
 
+class PartProfile(TorchDispatchMode):
+    """Every aten operation's FLOPs (torch's flop_counter formulas) and wall time, attributed to (part, pass): the part
+    is the outermost tracked module running it (its class name; `critic_update_breakdown` renames the parts), the
+    pass forward or backward (forward-mode Jacobians count as forward). CPU times are exact; on a GPU they are launch
+    times unless CUDA_LAUNCH_BLOCKING=1."""
+
+    def __init__(self):
+        super().__init__()
+        self.tracker = ModuleTracker()
+        self.flops: collections.Counter = collections.Counter()
+        self.seconds: collections.Counter = collections.Counter()
+
+    def __enter__(self):
+        self.tracker.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        self.tracker.__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        start = time.perf_counter()
+        out = func(*args, **kwargs)
+        parts = sorted(name for name in self.tracker.parents if "." not in name and name != "Global")
+        key = (parts[0] if parts else "loss, kernels, slicing, untracked", "backward" if self.tracker.is_bw else "forward")
+        self.seconds[key] += time.perf_counter() - start
+        if func._overloadpacket in flop_registry:
+            self.flops[key] += flop_registry[func._overloadpacket](*args, **kwargs, out_val=out)
+        return out
+
+
+def critic_update_breakdown(module, args: Args, variant: list[str]) -> list[dict]:
+    """FLOPs and milliseconds of one critic update at the script's settings, by part and pass, on a random replay
+    batch of the env's dimensions: the calls of the script's training loop, with its own networks."""
+    a = script_args(module, args, args.learning_starts + 1, variant)
+    env = module.make_env(a)
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    env.close()
+    torch.manual_seed(0)
+    noise_size = a.num_cosines if hasattr(a, "num_cosines") else getattr(a, "noise_dim", None)
+    critic = module.Critic(obs_dim, act_dim, a.hidden_dim, *([noise_size] if noise_size else []))
+    target_critic, target_actor = copy.deepcopy(critic).requires_grad_(False), module.Actor(obs_dim, act_dim, a.hidden_dim)
+    world_model = module.make_world_model(a.world_model, obs_dim, act_dim, a.wm_hidden_dim)
+    world_model.update_normaliser(torch.randn(64, obs_dim), torch.rand(64, act_dim), torch.randn(64, 1), torch.randn(64, obs_dim))
+    parts = [(target_actor, "target actor"), (target_critic, "target critics"), (critic, "online critics")]
+    parts += [(world_model.prior, "world-model prior"), (world_model.decoder, "world-model decoder")] \
+        if hasattr(world_model, "prior") else [(coupling.net, "world model (flow)") for coupling in world_model.couplings]
+    for part, name in parts:
+        part.__class__ = type(name, (type(part),), {})
+    data = module.ReplayBatch(torch.randn(a.batch_size, obs_dim), torch.rand(a.batch_size, act_dim) * 2 - 1,
+                              torch.randn(a.batch_size), torch.randn(a.batch_size, obs_dim), torch.zeros(a.batch_size))
+    with PartProfile() as profile:
+        if hasattr(module, "td_targets"):
+            targets = module.td_targets(data, world_model, target_actor, target_critic, a.gamma, a.policy_noise,
+                                        a.noise_clip, a.double_q, a.dyna_reward)
+            loss = module.critic_loss(critic(data.obs, data.actions), targets)
+        elif hasattr(a, "grad_loss_weight"):
+            targets = module.sobolev_targets(data, world_model, target_actor, target_critic, a.gamma, a.policy_noise,
+                                             a.noise_clip, a.double_q, a.dyna_reward)
+            loss = module.critic_loss(module.sobolev_samples(critic, data.obs, data.actions), targets, a.grad_loss_weight)
+        else:
+            target_args = (data.obs, data.actions, data.rewards, data.terminations, world_model, target_actor,
+                           target_critic, a.gamma, a.policy_noise, a.noise_clip, a.num_samples, a.dyna_reward)
+            if hasattr(module, "return_targets"):
+                targets = module.truncate_top(module.return_targets(*target_args), a.truncation)
+                predictions = module.return_samples(critic, data.obs, data.actions, a.num_samples)
+            else:
+                targets = module.truncate_top(module.sobolev_targets(*target_args, a.sobolev == "complete"), a.truncation)
+                predictions = module.sobolev_samples(critic, data.obs, data.actions, a.num_samples, a.sobolev == "complete")
+            if hasattr(module, "quantile_huber_loss"):
+                loss = module.critic_loss(*predictions, targets)
+            elif hasattr(a, "metric"):
+                slicing = (a.slice_steps, a.slice_lr) if a.metric == "msmmd" else None
+                loss = module.critic_loss(predictions, targets, a.kernel_bandwidth, a.mmd_estimator, slicing)
+            elif hasattr(a, "slice_steps"):
+                theta = torch.randn(critic.num_critics, a.batch_size, targets.shape[-1])
+                loss = module.critic_loss(predictions, targets, a.kernel_bandwidth, a.mmd_estimator, a.slice_steps,
+                                          a.slice_lr, a.slice_optimizer, theta)[0]
+            else:
+                loss = module.critic_loss(predictions, targets, a.kernel_bandwidth, a.mmd_estimator)
+        loss.backward()
+    return [{"part": part, "pass": which, "gflop": profile.flops[(part, which)] / 1e9,
+             "ms": 1e3 * profile.seconds[(part, which)]} for part, which in sorted(profile.seconds)]
+
+
 def matmul_flops_per_second(n: int = 2048, repeats: int = 10) -> float:
     a, b = torch.randn(n, n), torch.randn(n, n)
     torch.mm(a, b)
@@ -144,6 +238,8 @@ def main(args: Args) -> None:
         flops = flops_per_iteration(module, args, variant)
         rows.append({"script": entry, "ms_per_iteration": ms, "timed_iterations": iterations,
                      "gflop_per_iteration": flops / 1e9, "gflops": flops / ms / 1e6})
+        if args.breakdown:
+            rows[-1]["critic_update"] = critic_update_breakdown(module, args, variant)
         print(f"{entry}: {ms:.1f} ms/iteration over {iterations} iterations, {flops / 1e9:.2f} GFLOP/iteration",
               file=sys.stderr)
     reference = rows[0]["ms_per_iteration"]
@@ -155,6 +251,11 @@ def main(args: Args) -> None:
         row["fraction_of_matmul"] = row["gflops"] * 1e9 / peak
         lines.append(f"| {row['script']} | {row['ms_per_iteration']:.1f} | {row['ratio']:.2f} | "
                      f"{row['gflop_per_iteration']:.2f} | {row['gflops']:.1f} | {100 * row['fraction_of_matmul']:.0f} % |")
+    for row in rows if args.breakdown else []:
+        total_gflop, total_ms = (sum(part[key] for part in row["critic_update"]) for key in ("gflop", "ms"))
+        lines += ["", f"{row['script']}: one critic update, {total_gflop:.2f} GFLOP, {total_ms:.0f} ms (under the profiler)",
+                  "", "| part | pass | GFLOP | ms |", "|---|---|---|---|"]
+        lines += [f"| {p['part']} | {p['pass']} | {p['gflop']:.2f} | {p['ms']:.1f} |" for p in row["critic_update"]]
     print("\n".join(lines))
     if args.out:
         with open(args.out, "w") as f:

@@ -23,3 +23,10 @@ def test_timing_table_for_two_scripts(tmp_path):
     dsdpg = rows["dsdpg_msmmd_sobolev@world_model=flow,num_samples=3,slice_steps=2"]
     assert dsdpg["gflop_per_iteration"] > rows["td3_huber"]["gflop_per_iteration"]
     assert "| td3_huber |" in result.stdout and not (ROOT / "runs" / "timing").exists()
+    # the critic update by part: TD3's targets need no backward pass, DSDPG's go back through every part
+    td3_parts = {(p["part"], p["pass"]): p["gflop"] for p in rows["td3_huber"]["critic_update"]}
+    assert td3_parts[("target critics", "forward")] > 0 and ("target critics", "backward") not in td3_parts
+    dsdpg_parts = {(p["part"], p["pass"]): p["gflop"] for p in dsdpg["critic_update"]}
+    for part in ("world model (flow)", "target actor", "target critics", "online critics"):
+        assert dsdpg_parts[(part, "forward")] > 0 and dsdpg_parts[(part, "backward")] > 0, part
+    assert "one critic update" in result.stdout and "| online critics | backward |" in result.stdout
