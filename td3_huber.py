@@ -800,7 +800,7 @@ def load_checkpoint(path: str) -> dict:
         raise ValueError(f"cannot read {path!r} ({type(error).__name__}): it is damaged, empty or truncated") from None
     script = os.path.basename(__file__)
     if not isinstance(saved, dict) or saved.get("script") != script:
-        writer = saved.get("script") or "an older version of the scripts" if isinstance(saved, dict) else "something else"
+        writer = (saved.get("script") or "an older version of the scripts") if isinstance(saved, dict) else "something else"
         raise ValueError(f"{path!r} was written by {writer}; this is {script}")
     return saved
 

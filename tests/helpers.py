@@ -67,3 +67,26 @@ def read_wandb_run(run_file: str | Path) -> tuple[list[dict], dict]:
                 items = record.config.update if kind == "config" else record.run.config.update
                 config.update({item.key: json.loads(item.value_json) for item in items})
     return rows, config
+
+
+def tiny_target_networks(module, world_model_kind: str, seed: int, obs_dim: int = 3, act_dim: int = 2) -> tuple:
+    """(world model with non-trivial normaliser statistics, target actor, target critics) of a script, all tiny; the
+    flow's couplings get some shape (it starts as an orthogonal map)."""
+    import torch
+
+    torch.manual_seed(seed)
+    world_model = module.make_world_model(world_model_kind, obs_dim, act_dim, 8)
+    with torch.no_grad():
+        world_model.update_normaliser(torch.randn(50, obs_dim), torch.rand(50, act_dim) * 2 - 1, torch.randn(50, 1),
+                                      torch.randn(50, obs_dim) * 2)
+        if world_model_kind == "flow":
+            for coupling in world_model.couplings:
+                torch.nn.init.normal_(coupling.net[-1].weight, std=0.3)
+    actor = module.Actor(obs_dim, act_dim, 8).requires_grad_(False)
+    if module.__name__ == "iqn":
+        critic = module.Critic(obs_dim, act_dim, 8, num_cosines=4)
+    elif hasattr(module, "NOISE_EMBEDDING_DIM"):
+        critic = module.Critic(obs_dim, act_dim, 8, noise_dim=4)
+    else:
+        critic = module.Critic(obs_dim, act_dim, 8)
+    return world_model, actor, critic.requires_grad_(False)

@@ -8,6 +8,8 @@ import importlib
 import pytest
 import torch
 
+from helpers import tiny_target_networks
+
 DISTRIBUTIONAL = ["mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
 
 
@@ -18,17 +20,8 @@ def float64():
     torch.set_default_dtype(torch.float32)
 
 
-def tiny_parts(module, world_model_kind: str):
-    torch.manual_seed(3)
-    world_model = module.make_world_model(world_model_kind, 3, 2, 8)
-    with torch.no_grad():
-        world_model.update_normaliser(torch.randn(50, 3), torch.rand(50, 2) * 2 - 1, torch.randn(50, 1),
-                                      torch.randn(50, 3) * 2)
-        if world_model_kind == "flow":
-            for coupling in world_model.couplings:
-                torch.nn.init.normal_(coupling.net[-1].weight, std=0.3)
-    actor = module.Actor(3, 2, 8).requires_grad_(False)
-    return world_model, actor, module.Critic(3, 2, 8, noise_dim=4).requires_grad_(False)
+def tiny_parts(module, world_model_kind: str) -> tuple:
+    return tiny_target_networks(module, world_model_kind, seed=3)
 
 
 def reference_targets(module, obs, actions, rewards, terminations, parts, n, complete, dyna_reward):

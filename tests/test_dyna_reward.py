@@ -8,7 +8,7 @@ import importlib
 import pytest
 import torch
 
-from helpers import only_run_dir, read_scalars, run_script
+from helpers import only_run_dir, read_scalars, run_script, tiny_target_networks
 
 DISTRIBUTIONAL = ["mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
 SOBOLEV = ["dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
@@ -21,24 +21,8 @@ def float64():
     torch.set_default_dtype(torch.float32)
 
 
-def trained_parts(module, world_model_kind: str, obs_dim: int = 3, act_dim: int = 2):
-    """A world model with non-trivial normaliser statistics, a target actor and target critics, all tiny."""
-    torch.manual_seed(7)
-    world_model = module.make_world_model(world_model_kind, obs_dim, act_dim, 8)
-    with torch.no_grad():
-        world_model.update_normaliser(torch.randn(50, obs_dim), torch.rand(50, act_dim) * 2 - 1, torch.randn(50, 1),
-                                      torch.randn(50, obs_dim) * 2)
-        if world_model_kind == "flow":  # the flow starts as an orthogonal map: give its couplings some shape
-            for coupling in world_model.couplings:
-                torch.nn.init.normal_(coupling.net[-1].weight, std=0.3)
-    actor = module.Actor(obs_dim, act_dim, 8).requires_grad_(False)
-    if module.__name__ == "iqn":
-        critic = module.Critic(obs_dim, act_dim, 8, num_cosines=4)
-    elif hasattr(module, "NOISE_EMBEDDING_DIM"):
-        critic = module.Critic(obs_dim, act_dim, 8, noise_dim=4)
-    else:
-        critic = module.Critic(obs_dim, act_dim, 8)
-    return world_model, actor, critic.requires_grad_(False)
+def trained_parts(module, world_model_kind: str) -> tuple:
+    return tiny_target_networks(module, world_model_kind, seed=7)
 
 
 def targets_of(module, obs, actions, rewards, terminations, parts, dyna_reward: str, seed: int = 123, **kwargs):
