@@ -40,6 +40,7 @@ import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable
 from typing import Literal, NamedTuple
 
 import gymnasium as gym
@@ -66,6 +67,8 @@ class Args:
     """use the GPU when one is present"""
     compile: bool = False
     """torch.compile the actor and the world-model loss (the parts never differentiated twice or under vmap)"""
+    cudagraphs: bool = False
+    """capture the critic and actor updates as CUDA graphs and replay them (LeanRL-style; CUDA only)"""
 
     # Environment
     env_id: str = "Walker2d-v4"
@@ -190,6 +193,7 @@ def check_args(args: Args) -> None:
         (args.eval_frequency >= 1, "--eval-frequency must be >= 1"),
         (args.eval_episodes >= 1, "--eval-episodes must be >= 1"),
         (args.checkpoint_frequency >= 0 and args.contraction_frequency >= 0, "frequencies must be >= 0"),
+        (not args.cudagraphs or (args.cuda and torch.cuda.is_available()), "--cudagraphs needs a CUDA GPU (and --cuda)"),
         (args.resume is None or os.path.isfile(args.resume), f"--resume: no checkpoint at {args.resume!r}"),
         (args.evaluate is None or os.path.isfile(args.evaluate), f"--evaluate: no model at {args.evaluate!r}"),
         (args.evaluate is None or args.resume is None, "--evaluate and --resume exclude each other"),
@@ -698,7 +702,8 @@ class ReplayBatch(NamedTuple):
 
 
 class ReplayBuffer:
-    """Uniform replay of real transitions, stored on the training device, one tensor per field of ReplayBatch."""
+    """Uniform replay of real transitions, stored on the training device, one tensor per field of ReplayBatch. Batches
+    are drawn on the device below a fill level kept there too, so sampling never waits for the host (CUDA graphs)."""
 
     def __init__(self, obs_dim: int, act_dim: int, capacity: int, device: torch.device):
         self.capacity = capacity
@@ -709,6 +714,7 @@ class ReplayBuffer:
         self.terminations = torch.zeros(capacity, device=device)
         self.pos = 0
         self.size = 0
+        self.fill = torch.zeros((), dtype=torch.float64, device=device)  # self.size, on the device
 
     def add(self, obs: torch.Tensor, action: torch.Tensor, reward: float, next_obs: torch.Tensor, terminated: bool) -> None:
         self.obs[self.pos] = obs
@@ -718,9 +724,10 @@ class ReplayBuffer:
         self.terminations[self.pos] = float(terminated)
         self.pos = (self.pos + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
+        self.fill.fill_(self.size)
 
     def sample(self, batch_size: int) -> ReplayBatch:
-        idx = torch.randint(0, self.size, (batch_size,), device=self.obs.device)
+        idx = (torch.rand(batch_size, dtype=torch.float64, device=self.obs.device) * self.fill).long()  # (B,) < size
         return ReplayBatch(self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.terminations[idx])
 
     def state_dict(self) -> dict:
@@ -730,6 +737,7 @@ class ReplayBuffer:
 
     def load_state_dict(self, state: dict) -> None:
         self.pos, self.size = state["pos"], state["size"]
+        self.fill.fill_(self.size)
         for name in ReplayBatch._fields:
             getattr(self, name)[: self.size] = state[name]
 
@@ -859,6 +867,38 @@ def contraction_factor(
 
 
 # TRAINING
+class CudaGraphStep:
+    """A training step run as one CUDA graph (--cudagraphs), LeanRL-style. Its first `warmup` calls run eagerly on a side
+    stream (optimizer states, cuBLAS workspaces and autograd buffers get allocated there), the next call is captured,
+    and every later call replays the capture. The step may not sync with the host; tensor arguments are copied into the
+    captured ones (nothing to copy when they are the same tensors), and the outputs are the same tensors at every call,
+    overwritten by each replay."""
+
+    def __init__(self, step: Callable, warmup: int = 3):
+        self.step, self.warmup, self.graph = step, warmup, None
+
+    def __call__(self, *inputs: torch.Tensor):
+        if self.graph is not None:
+            for captured, given in zip(self.inputs, inputs):
+                if given is not captured:
+                    captured.copy_(given)
+            self.graph.replay()
+            return self.outputs
+        if self.warmup > 0:
+            self.warmup -= 1
+            side_stream = torch.cuda.Stream()
+            side_stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side_stream):
+                outputs = self.step(*inputs)
+            torch.cuda.current_stream().wait_stream(side_stream)
+            return outputs
+        self.graph, self.inputs = torch.cuda.CUDAGraph(), inputs
+        with torch.cuda.graph(self.graph):
+            self.outputs = self.step(*inputs)
+        self.graph.replay()
+        return self.outputs
+
+
 def evaluate(actor: Actor, env: gym.Env, num_episodes: int, seed: int, device: torch.device) -> list[float]:
     """Returns of the deterministic policy over `num_episodes` episodes reset with seeds seed, seed+1, ...; a video being
     recorded (RecordVideo, --capture-video) is written before returning."""
@@ -1017,8 +1057,8 @@ def main(args: Args) -> None:
     target_actor = copy.deepcopy(actor).requires_grad_(False)
     target_critic = copy.deepcopy(critic).requires_grad_(False)
     # foreach: each RAdam operation runs once over all of a network's tensors (torch's CPU default loops over them)
-    actor_optimizer = torch.optim.RAdam(actor.parameters(), lr=args.learning_rate, foreach=True)
-    critic_optimizer = torch.optim.RAdam(critic.parameters(), lr=args.learning_rate, foreach=True)
+    actor_optimizer = torch.optim.RAdam(actor.parameters(), lr=args.learning_rate, foreach=True, capturable=args.cudagraphs)
+    critic_optimizer = torch.optim.RAdam(critic.parameters(), lr=args.learning_rate, foreach=True, capturable=args.cudagraphs)
     world_model = make_world_model(args.world_model, obs_dim, act_dim, args.wm_hidden_dim).to(device)
     wm_optimizer = torch.optim.RAdam(world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4, foreach=True)
     rb = ReplayBuffer(obs_dim, act_dim, args.buffer_size, device)
@@ -1027,6 +1067,44 @@ def main(args: Args) -> None:
         actor.compile()
         world_model.loss = torch.compile(world_model.loss)
     slicing = (args.slice_steps, args.slice_lr) if args.metric == "msmmd" else None
+
+    # ALGO LOGIC: one critic update and one actor update, functions of device tensors with no host sync inside, so that
+    # --cudagraphs can capture each as one CUDA graph; without it they run eagerly as written
+    def update_critic() -> dict[str, torch.Tensor]:
+        """A fresh replay batch and one critic step on it: what the actor step and the logs read."""
+        data = rb.sample(args.batch_size)
+        targets = return_targets(data.obs, data.actions, data.rewards, data.terminations, world_model,
+                                 target_actor, target_critic, args.gamma, args.policy_noise, args.noise_clip,
+                                 args.num_samples, args.dyna_reward)  # (B, 2N, 1)
+        targets = truncate_top(targets, args.truncation)  # (B, K, 1)
+        predictions = return_samples(critic, data.obs, data.actions, args.num_samples)  # (2, B, N, 1)
+        qf_loss = critic_loss(predictions, targets, args.kernel_bandwidth, args.mmd_estimator, slicing)
+
+        critic_optimizer.zero_grad()
+        qf_loss.backward()
+        critic_optimizer.step()
+        return {"obs": data.obs, "predictions": predictions.detach(), "targets": targets.detach(), "qf_loss": qf_loss.detach()}
+
+    def update_actor(obs: torch.Tensor) -> torch.Tensor:
+        """One actor step on the critic step's states obs (B, S), then the target networks' Polyak step."""
+        policy_obs = obs.repeat_interleave(args.num_samples_policy, 0)  # (B*M, S)
+        policy_actions = actor(obs).repeat_interleave(args.num_samples_policy, 0)  # pi once per state
+        critic_noise = torch.randn(1, policy_obs.shape[0], args.noise_dim, device=device)  # critic 1's alone
+        actor_loss = -critic(policy_obs, policy_actions, critic_noise)[0].mean()
+        actor_optimizer.zero_grad()
+        actor_loss.backward(inputs=list(actor.parameters()))  # no gradients for the critic's weights
+        actor_optimizer.step()
+
+        # update the target networks
+        with torch.no_grad():
+            for param, target_param in zip(actor.parameters(), target_actor.parameters()):
+                target_param.lerp_(param, args.tau)
+            for param, target_param in zip(critic.parameters(), target_critic.parameters()):
+                target_param.lerp_(param, args.tau)
+        return actor_loss.detach()
+
+    if args.cudagraphs:
+        update_critic, update_actor = CudaGraphStep(update_critic), CudaGraphStep(update_actor)
 
     start_step, num_critic_updates, previous_wall_time = 0, 0, 0.0
     eval_steps: list[int] = []
@@ -1124,46 +1202,22 @@ def main(args: Args) -> None:
             # ALGO LOGIC: training.
             if global_step >= args.learning_starts:
                 for _ in range(args.updates_per_step):
-                    data = rb.sample(args.batch_size)
-                    targets = return_targets(data.obs, data.actions, data.rewards, data.terminations, world_model,
-                                             target_actor, target_critic, args.gamma, args.policy_noise, args.noise_clip,
-                                             args.num_samples, args.dyna_reward)  # (B, 2N, 1)
-                    targets = truncate_top(targets, args.truncation)  # (B, K, 1)
-                    predictions = return_samples(critic, data.obs, data.actions, args.num_samples)  # (2, B, N, 1)
-                    qf_loss = critic_loss(predictions, targets, args.kernel_bandwidth, args.mmd_estimator, slicing)
-
-                    critic_optimizer.zero_grad()
-                    qf_loss.backward()
-                    critic_optimizer.step()
+                    batch = update_critic()
                     num_critic_updates += 1
-                    losses["qf_loss"] = qf_loss.detach()
-
+                    losses["qf_loss"] = batch["qf_loss"]
                     if num_critic_updates % args.policy_frequency == 0:
-                        policy_obs = data.obs.repeat_interleave(args.num_samples_policy, 0)  # (B*M, S)
-                        policy_actions = actor(data.obs).repeat_interleave(args.num_samples_policy, 0)  # pi once per state
-                        critic_noise = torch.randn(1, policy_obs.shape[0], args.noise_dim, device=device)  # critic 1's alone
-                        actor_loss = -critic(policy_obs, policy_actions, critic_noise)[0].mean()
-                        actor_optimizer.zero_grad()
-                        actor_loss.backward(inputs=list(actor.parameters()))  # no gradients for the critic's weights
-                        actor_optimizer.step()
-                        losses["actor_loss"] = actor_loss.detach()
+                        losses["actor_loss"] = update_actor(batch["obs"])
 
-                        # update the target networks
-                        with torch.no_grad():
-                            for param, target_param in zip(actor.parameters(), target_actor.parameters()):
-                                target_param.lerp_(param, args.tau)
-                            for param, target_param in zip(critic.parameters(), target_critic.parameters()):
-                                target_param.lerp_(param, args.tau)
-
-                if not torch.isfinite(torch.stack(list(losses.values()))).all():
+                checked = global_step % 100 == 0 or global_step + 1 == args.total_timesteps  # the loop's one host sync
+                if checked and not torch.isfinite(torch.stack(list(losses.values()))).all():
                     bad = ", ".join(f"{name}={value.item()}" for name, value in losses.items())
                     nonfinite_path = os.path.join(run_dir, "nonfinite_checkpoint.pt")
                     save_checkpoint(nonfinite_path, training_state(global_step + 1))
-                    fail(f"non-finite loss at step {global_step} ({bad}); state saved to {nonfinite_path}")
+                    fail(f"non-finite loss at step {global_step} (checked every 100 steps; {bad}); state saved to {nonfinite_path}")
 
                 if global_step % 100 == 0:
-                    writer.add_scalar("losses/qf1_values", predictions[0, ..., 0].mean().item(), global_step)
-                    writer.add_scalar("losses/qf2_values", predictions[1, ..., 0].mean().item(), global_step)
+                    writer.add_scalar("losses/qf1_values", batch["predictions"][0, ..., 0].mean().item(), global_step)
+                    writer.add_scalar("losses/qf2_values", batch["predictions"][1, ..., 0].mean().item(), global_step)
                     for name, value in losses.items():
                         writer.add_scalar(f"losses/{name}", value.item(), global_step)
             if global_step % 100 == 0:

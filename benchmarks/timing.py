@@ -15,7 +15,11 @@ Usage:
     python benchmarks/timing.py --env-id Hopper-v4
     python benchmarks/timing.py --env-id Hopper-v4 --scripts td3_huber dsdpg_msmmd_sobolev --seconds 10
     python benchmarks/timing.py --scripts td3_huber dsdpg_msmmd_sobolev "dsdpg_msmmd_sobolev@world_model=flow"
-A script name may carry settings of its own after "@" (comma-separated name=value), e.g. a world-model variant.
+    python benchmarks/timing.py --device cuda --env-id Humanoid-v4 --scripts dsdpg_mmd_sobolev \
+        "dsdpg_mmd_sobolev@cudagraphs=true" --out benchmarks/timing_humanoid_cuda.json
+A script name may carry settings of its own after "@" (comma-separated name=value), e.g. a world-model variant or
+`cudagraphs=true` (CUDA graphs; FLOPs and the breakdown are always counted on the eager update, which does the same
+arithmetic). On a GPU every timed run is closed by a device synchronisation.
 """
 
 import collections
@@ -30,6 +34,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 import tyro
@@ -45,6 +50,8 @@ ALL_SCRIPTS = ("td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mm
 class Args:
     env_id: str = "Hopper-v4"
     """the environment every script runs on"""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """where the scripts train (cuda: their --cuda on a GPU; refused where torch sees none)"""
     scripts: list[str] = field(default_factory=lambda: [s for s in ALL_SCRIPTS if os.path.exists(f"{ROOT}/{s}.py")])
     """the scripts to time (module names, optionally with @name=value,... settings); the first is the ratios' reference"""
     learning_starts: int = 256
@@ -73,9 +80,20 @@ def script_args(module, args: Args, total_timesteps: int, variant: list[str]):
             overrides[name] = value
     try:
         return module.Args(env_id=args.env_id, seed=1, total_timesteps=total_timesteps, learning_starts=args.learning_starts,
-                           eval_frequency=10**9, eval_episodes=1, checkpoint_frequency=0, **overrides)
+                           eval_frequency=10**9, eval_episodes=1, checkpoint_frequency=0, cuda=args.device == "cuda",
+                           **overrides)
     except TypeError as error:
         raise SystemExit(f"timing.py: error: {module.__name__}: {error}") from None
+
+
+def synchronise(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def eager(variant: list[str]) -> list[str]:
+    """The settings without CUDA graphs: FLOPs are counted on the eager update (the graph replays the same kernels)."""
+    return [item for item in variant if not item.startswith("cudagraphs=")]
 
 
 def run(module, args: Args, total_timesteps: int, variant: list[str]) -> float:
@@ -85,8 +103,10 @@ def run(module, args: Args, total_timesteps: int, variant: list[str]) -> float:
         os.chdir(scratch)
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                synchronise(args.device)
                 start = time.perf_counter()
                 module.main(script_args(module, args, total_timesteps, variant))
+                synchronise(args.device)
                 return time.perf_counter() - start
         finally:
             os.chdir(cwd)
@@ -111,7 +131,7 @@ def flops_per_iteration(module, args: Args, variant: list[str]) -> float:
         counter = FlopCounterMode(display=False)
         counter.mod_tracker = GlobalOnlyTracker()
         with counter:
-            run(module, args, args.learning_starts + extra, variant)
+            run(module, args, args.learning_starts + extra, eager(variant))
         counts.append(counter.get_total_flops())
     return (counts[1] - counts[0]) / args.flop_iterations
 
@@ -151,7 +171,8 @@ class PartProfile(TorchDispatchMode):
 def critic_update_breakdown(module, args: Args, variant: list[str]) -> list[dict]:
     """FLOPs and milliseconds of one critic update at the script's settings, by part and pass, on a random replay
     batch of the env's dimensions: the calls of the script's training loop, with its own networks."""
-    a = script_args(module, args, args.learning_starts + 1, variant)
+    a = script_args(module, args, args.learning_starts + 1, eager(variant))
+    device = torch.device(args.device)
     env = module.make_env(a)
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     env.close()
@@ -160,14 +181,16 @@ def critic_update_breakdown(module, args: Args, variant: list[str]) -> list[dict
     critic = module.Critic(obs_dim, act_dim, a.hidden_dim, *([noise_size] if noise_size else []))
     target_critic, target_actor = copy.deepcopy(critic).requires_grad_(False), module.Actor(obs_dim, act_dim, a.hidden_dim)
     world_model = module.make_world_model(a.world_model, obs_dim, act_dim, a.wm_hidden_dim)
-    world_model.update_normaliser(torch.randn(64, obs_dim), torch.rand(64, act_dim), torch.randn(64, 1), torch.randn(64, obs_dim))
+    critic, target_critic, target_actor, world_model = (net.to(device) for net in (critic, target_critic, target_actor, world_model))
+    world_model.update_normaliser(*(torch.randn(64, size, device=device) for size in (obs_dim, act_dim, 1, obs_dim)))
     parts = [(target_actor, "target actor"), (target_critic, "target critics"), (critic, "online critics")]
     parts += [(world_model.prior, "world-model prior"), (world_model.decoder, "world-model decoder")] \
         if hasattr(world_model, "prior") else [(coupling.net, "world model (flow)") for coupling in world_model.couplings]
     for part, name in parts:
         part.__class__ = type(name, (type(part),), {})
-    data = module.ReplayBatch(torch.randn(a.batch_size, obs_dim), torch.rand(a.batch_size, act_dim) * 2 - 1,
-                              torch.randn(a.batch_size), torch.randn(a.batch_size, obs_dim), torch.zeros(a.batch_size))
+    data = module.ReplayBatch(*(x.to(device) for x in (
+        torch.randn(a.batch_size, obs_dim), torch.rand(a.batch_size, act_dim) * 2 - 1, torch.randn(a.batch_size),
+        torch.randn(a.batch_size, obs_dim), torch.zeros(a.batch_size))))
     with PartProfile() as profile:
         if hasattr(module, "td_targets"):
             targets = module.td_targets(data, world_model, target_actor, target_critic, a.gamma, a.policy_noise,
@@ -192,7 +215,7 @@ def critic_update_breakdown(module, args: Args, variant: list[str]) -> list[dict
                 slicing = (a.slice_steps, a.slice_lr) if a.metric == "msmmd" else None
                 loss = module.critic_loss(predictions, targets, a.kernel_bandwidth, a.mmd_estimator, slicing)
             elif hasattr(a, "slice_steps"):
-                theta = torch.randn(critic.num_critics, a.batch_size, targets.shape[-1])
+                theta = torch.randn(critic.num_critics, a.batch_size, targets.shape[-1], device=device)
                 loss = module.critic_loss(predictions, targets, a.kernel_bandwidth, a.mmd_estimator, a.slice_steps,
                                           a.slice_lr, a.slice_optimizer, theta)[0]
             else:
@@ -202,12 +225,14 @@ def critic_update_breakdown(module, args: Args, variant: list[str]) -> list[dict
              "ms": 1e3 * profile.seconds[(part, which)]} for part, which in sorted(profile.seconds)]
 
 
-def matmul_flops_per_second(n: int = 2048, repeats: int = 10) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_flops_per_second(device: str, n: int = 2048, repeats: int = 10) -> float:
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     torch.mm(a, b)
+    synchronise(device)
     start = time.perf_counter()
     for _ in range(repeats):
         torch.mm(a, b)
+    synchronise(device)
     return 2 * n**3 * repeats / (time.perf_counter() - start)
 
 
@@ -224,8 +249,10 @@ def timed_iterations(module, args: Args, variant: list[str]) -> int:
 def main(args: Args) -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("timing.py: error: --device cuda: torch sees no CUDA GPU on this machine")
     sys.path.insert(0, ROOT)
-    peak = matmul_flops_per_second()
+    peak = matmul_flops_per_second(args.device)
     print(f"dense fp32 matmul: {peak / 1e9:.1f} GFLOP/s ({torch.get_num_threads()} threads)", file=sys.stderr)
     rows = []
     for entry in args.scripts:
@@ -243,7 +270,8 @@ def main(args: Args) -> None:
         print(f"{entry}: {ms:.1f} ms/iteration over {iterations} iterations, {flops / 1e9:.2f} GFLOP/iteration",
               file=sys.stderr)
     reference = rows[0]["ms_per_iteration"]
-    lines = [f"Env {args.env_id}, {torch.get_num_threads()} threads, dense fp32 matmul {peak / 1e9:.1f} GFLOP/s.", "",
+    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} threads"
+    lines = [f"Env {args.env_id}, {where}, dense fp32 matmul {peak / 1e9:.1f} GFLOP/s.", "",
              f"| script | ms / iteration | ratio to {rows[0]['script']} | GFLOP / iteration | GFLOP/s | % of matmul |",
              "|---|---|---|---|---|---|"]
     for row in rows:
@@ -259,7 +287,7 @@ def main(args: Args) -> None:
     print("\n".join(lines))
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"env_id": args.env_id, "threads": torch.get_num_threads(), "matmul_gflops": peak / 1e9,
+            json.dump({"env_id": args.env_id, "device": where, "threads": torch.get_num_threads(), "matmul_gflops": peak / 1e9,
                        "settings": vars(args), "rows": rows}, f, indent=2)
 
 

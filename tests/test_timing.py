@@ -2,6 +2,9 @@
 
 import json
 
+import pytest
+import torch
+
 from helpers import ROOT, run_script
 
 
@@ -30,3 +33,11 @@ def test_timing_table_for_two_scripts(tmp_path):
     for part in ("world model (flow)", "target actor", "target critics", "online critics"):
         assert dsdpg_parts[(part, "forward")] > 0 and dsdpg_parts[(part, "backward")] > 0, part
     assert "one critic update" in result.stdout and "| online critics | backward |" in result.stdout
+
+
+def test_timing_on_cuda_is_refused_in_one_line_without_a_gpu(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU: nothing to refuse")
+    result = run_script("benchmarks/timing.py", "--device", "cuda", "--scripts", "td3_huber", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == "timing.py: error: --device cuda: torch sees no CUDA GPU on this machine"
