@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# A first check on a real control task (issue "Dyna targets ...", item 5): td3_huber (Dyna), mage_huber_sobolev and
+# dsdpg_msmmd_sobolev on InvertedPendulum-v4 with multiplicative observation noise (--obs-noise mult, scale 0.2), both
+# --dyna-reward modes, seeds 1 and 2: 12 runs. Sizes for this 2-core CPU (a DSDPG run ~25 min on one core): 2 x 64
+# networks and world model, batch 64, lr 1e-3, 2 critic updates per env step (the paper: 400 wide, batch 256, 10),
+# 20 000 steps, evaluation every 1 000 steps over 10 episodes. Resumable: re-run the same command.
+#   bash benchmarks/inverted_pendulum.sh
+#   python benchmarks/aggregate.py benchmarks/inverted_pendulum/grid --out benchmarks/inverted_pendulum
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GRID_DIR=${1:-benchmarks/inverted_pendulum/grid}
+WORKERS=${WORKERS:-2}
+python benchmarks/run_grid.py --scripts dsdpg_msmmd_sobolev mage_huber_sobolev td3_huber --env-ids InvertedPendulum-v4 \
+    --seeds 1 2 --grid-dir "$GRID_DIR" --workers "$WORKERS" --threads-per-job 1 \
+    --flag-sets "--dyna-reward replay" "--dyna-reward model" \
+    --common "--obs-noise mult --total-timesteps 20000 --learning-starts 1000 --hidden-dim 64 --wm-hidden-dim 64 \
+--batch-size 64 --updates-per-step 2 --learning-rate 1e-3 --wm-learning-rate 1e-3 --eval-frequency 1000 \
+--eval-episodes 10 --checkpoint-frequency 5000"
