@@ -411,8 +411,8 @@ class PerCopyPrior(torch.autograd.Function):
         """cond (G*copies, C) -> (prior output (G*copies, P), Jacobian (T, G, P) w.r.t. the T columns)."""
         group_cond = cond.detach()[::copies]  # (G, C); detached: the gradient is this Function's backward
         tangents = torch.eye(cond.shape[-1], dtype=cond.dtype, device=cond.device)[columns]  # (T, C)
-        jacobian = torch.func.vmap(lambda t: torch.func.jvp(prior, (group_cond,), (t.expand_as(group_cond),))[1])(tangents)
-        return prior(group_cond).repeat_interleave(copies, 0), jacobian
+        outputs, jacobian = torch.func.vmap(lambda t: torch.func.jvp(prior, (group_cond,), (t.expand_as(group_cond),)))(tangents)
+        return outputs[0].repeat_interleave(copies, 0), jacobian  # the prior's output is computed once, not per tangent
 
     @staticmethod
     def setup_context(ctx, inputs: tuple, output: tuple) -> None:

@@ -52,7 +52,7 @@ import json
 import os
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 import matplotlib
@@ -83,6 +83,9 @@ class Args:
     """bootstrap resamples of the seeds per confidence interval and performance profile"""
     seed: int = 0
     """seed of numpy's global random generator, set before each bootstrap"""
+    split_by: list[str] = field(default_factory=list)
+    """settings (Args names) that split a script's runs into groups of their own, labelled script[name=value], e.g.
+    --split-by dyna_reward"""
 
 
 def fail(message: str) -> None:
@@ -111,8 +114,9 @@ def nauc(eval_returns: list[float]) -> float:
     return float(np.mean(eval_returns))
 
 
-def load_runs(runs_dir: str) -> list[dict]:
-    """One dict per summary.json under runs_dir: script, env, noise, seed, the metrics, the curve, run_dir, args."""
+def load_runs(runs_dir: str, split_by: list[str] = ()) -> list[dict]:
+    """One dict per summary.json under runs_dir: script (with the `split_by` settings' values), env, noise, seed, the
+    metrics, the curve, run_dir, args."""
     runs, unfinished = [], 0
     for root, dirs, files in os.walk(runs_dir):
         dirs.sort()
@@ -125,7 +129,8 @@ def load_runs(runs_dir: str) -> list[dict]:
                 summary = json.load(f)
             args = summary["args"]
             runs.append({
-                "script": args["exp_name"], "env": args["env_id"], "noise": noise_label(args), "seed": args["seed"],
+                "script": args["exp_name"] + "".join(f"[{name}={args.get(name)}]" for name in split_by),
+                "env": args["env_id"], "noise": noise_label(args), "seed": args["seed"],
                 "final_eval_return": float(summary["final_eval_return"]),
                 "nauc": float(summary["nauc"]) if "nauc" in summary else nauc(summary["eval_returns"]),
                 "wall_time_s": float(summary.get("wall_time_s", float("nan"))),
@@ -149,7 +154,7 @@ def rank(order: tuple[str, ...], name: str) -> tuple[int, str]:
 def sort_key(key: tuple[str, str, str]) -> tuple:
     """(script, env, noise) in table order: env, then noise (paper order first), then script (paper order first)."""
     script, env, noise = key
-    return env, rank(NOISE_ORDER, noise), rank(SCRIPT_ORDER, script)
+    return env, rank(NOISE_ORDER, noise), rank(SCRIPT_ORDER, script.split("[")[0]), script
 
 
 def group_runs(runs: list[dict]) -> dict[tuple[str, str, str], list[dict]]:
@@ -357,7 +362,7 @@ def main(args: Args) -> None:
         fail(f"RUNS_DIR {args.runs_dir!r} is not a directory")
     if args.bootstrap_samples < 1:
         fail("--bootstrap-samples must be >= 1")
-    runs = load_runs(args.runs_dir)
+    runs = load_runs(args.runs_dir, args.split_by)
     if not runs:
         fail(f"no summary.json under {args.runs_dir!r}")
     out = args.out if args.out is not None else os.path.join(args.runs_dir, "aggregate")

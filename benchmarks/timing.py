@@ -9,7 +9,10 @@ their actor updates. K is chosen per script from probes of doubling length so th
 runs), and divided by the time to give the achieved FLOP/s, reported against the machine's dense fp32 matmul FLOP/s
 measured in the same process. With `--breakdown` (default) one critic update per script is also split by part (world-
 model prior and decoder or flow, target actor, target critics, online critics with their double backprop, and the
-rest: loss, kernels, slicing and operations no module claims) and by pass (forward, backward), in FLOPs and ms.
+rest: loss, kernels, slicing and operations no module claims) and by pass (forward, backward), in FLOPs and ms, and
+for the DSDPG scripts set beside the arithmetic floor of the same mathematics (`arithmetic_floor`: every network once
+per distinct input row, one input-gradient pass per needed cotangent; an estimate from pass counts, which can exceed a
+measured update by a little where a backward pass skips a layer's input gradient, as in the flow).
 
 Usage:
     python benchmarks/timing.py --env-id Hopper-v4
@@ -168,9 +171,10 @@ class PartProfile(TorchDispatchMode):
         return out
 
 
-def critic_update_breakdown(module, args: Args, variant: list[str]) -> list[dict]:
+def critic_update_breakdown(module, args: Args, variant: list[str]) -> tuple[list[dict], float | None]:
     """FLOPs and milliseconds of one critic update at the script's settings, by part and pass, on a random replay
-    batch of the env's dimensions: the calls of the script's training loop, with its own networks."""
+    batch of the env's dimensions: the calls of the script's training loop, with its own networks; and, for the DSDPG
+    scripts, the arithmetic floor of the same mathematics in GFLOP (`arithmetic_floor`; None for the others)."""
     a = script_args(module, args, args.learning_starts + 1, eager(variant))
     device = torch.device(args.device)
     env = module.make_env(a)
@@ -221,8 +225,33 @@ def critic_update_breakdown(module, args: Args, variant: list[str]) -> list[dict
             else:
                 loss = module.critic_loss(predictions, targets, a.kernel_bandwidth, a.mmd_estimator)
         loss.backward()
-    return [{"part": part, "pass": which, "gflop": profile.flops[(part, which)] / 1e9,
-             "ms": 1e3 * profile.seconds[(part, which)]} for part, which in sorted(profile.seconds)]
+    parts = [{"part": part, "pass": which, "gflop": profile.flops[(part, which)] / 1e9,
+              "ms": 1e3 * profile.seconds[(part, which)]} for part, which in sorted(profile.seconds)]
+    if not hasattr(a, "sobolev"):
+        return parts, None
+    prior_once = 0.0
+    if hasattr(world_model, "prior"):
+        counter = FlopCounterMode(display=False)
+        counter.mod_tracker = GlobalOnlyTracker()
+        with counter, torch.no_grad():
+            world_model.prior(world_model.condition(data.obs, data.actions))
+        prior_once = counter.get_total_flops() / 1e9
+    tangents = act_dim + (obs_dim if a.sobolev == "complete" else 0)
+    return parts, arithmetic_floor(parts, prior_once, tangents, critic.num_critics)
+
+
+def arithmetic_floor(parts: list[dict], prior_once: float, tangents: int, num_critics: int) -> float:
+    """GFLOP of one DSDPG critic update's mathematics done once: the cVAE prior forward once per pair (prior_once, B
+    rows) and its Jacobian in `tangents` forward-mode tangents at those rows; the decoder (or flow), target actor and
+    target critics forward once per sample row (the forward FLOPs of the breakdown, whose rows are already distinct);
+    one input-gradient pass per target critic back through the target actor and the world model (their targets'
+    cotangents differ), one through each target critic itself; the online critics and the loss as measured (their
+    forward, input gradient and double backprop have no redundant rows)."""
+    gflop = {(p["part"], p["pass"]): p["gflop"] for p in parts}
+    floor = prior_once * (1 + tangents) + 2 * gflop.get(("target critics", "forward"), 0.0)
+    for part in ("world-model decoder", "world model (flow)", "target actor"):
+        floor += (1 + num_critics) * gflop.get((part, "forward"), 0.0)
+    return floor + sum(p["gflop"] for p in parts if p["part"] in ("online critics", "loss, kernels, slicing, untracked"))
 
 
 def matmul_flops_per_second(device: str, n: int = 2048, repeats: int = 10) -> float:
@@ -266,7 +295,7 @@ def main(args: Args) -> None:
         rows.append({"script": entry, "ms_per_iteration": ms, "timed_iterations": iterations,
                      "gflop_per_iteration": flops / 1e9, "gflops": flops / ms / 1e6})
         if args.breakdown:
-            rows[-1]["critic_update"] = critic_update_breakdown(module, args, variant)
+            rows[-1]["critic_update"], rows[-1]["critic_update_floor_gflop"] = critic_update_breakdown(module, args, variant)
         print(f"{entry}: {ms:.1f} ms/iteration over {iterations} iterations, {flops / 1e9:.2f} GFLOP/iteration",
               file=sys.stderr)
     reference = rows[0]["ms_per_iteration"]
@@ -281,8 +310,11 @@ def main(args: Args) -> None:
                      f"{row['gflop_per_iteration']:.2f} | {row['gflops']:.1f} | {100 * row['fraction_of_matmul']:.0f} % |")
     for row in rows if args.breakdown else []:
         total_gflop, total_ms = (sum(part[key] for part in row["critic_update"]) for key in ("gflop", "ms"))
-        lines += ["", f"{row['script']}: one critic update, {total_gflop:.2f} GFLOP, {total_ms:.0f} ms (under the profiler)",
-                  "", "| part | pass | GFLOP | ms |", "|---|---|---|---|"]
+        lines += ["", f"{row['script']}: one critic update, {total_gflop:.2f} GFLOP, {total_ms:.0f} ms (under the profiler)"]
+        if row["critic_update_floor_gflop"] is not None:
+            lines += [f"arithmetic floor of the same mathematics: {row['critic_update_floor_gflop']:.2f} GFLOP "
+                      f"({100 * (total_gflop / row['critic_update_floor_gflop'] - 1):.0f} % above it)"]
+        lines += ["", "| part | pass | GFLOP | ms |", "|---|---|---|---|"]
         lines += [f"| {p['part']} | {p['pass']} | {p['gflop']:.2f} | {p['ms']:.1f} |" for p in row["critic_update"]]
     print("\n".join(lines))
     if args.out:

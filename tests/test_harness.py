@@ -258,3 +258,17 @@ def test_submitit_local_grid(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert len(summaries(tmp_path)) == 2 and len(log_lines(tmp_path)) == 2
     assert list((tmp_path / "grid" / "submitit").glob("*_result.pkl"))
+
+
+def test_split_by_gives_each_setting_its_own_group(tmp_path, capsys):
+    for seed in (1, 2):
+        for mode, final in (("replay", 8.0), ("model", 2.0)):
+            write_summary(tmp_path / mode / str(seed), "mage_huber_sobolev", "E", seed, [10, 20], [1.0, final + seed],
+                          dyna_reward=mode)
+    merged = aggregate.group_runs(aggregate.load_runs(str(tmp_path)))
+    assert list(merged) == [("mage_huber_sobolev", "E", "none")] and "differ in dyna_reward" in capsys.readouterr().err
+    groups = aggregate.group_runs(aggregate.load_runs(str(tmp_path), ["dyna_reward"]))
+    assert list(groups) == [("mage_huber_sobolev[dyna_reward=model]", "E", "none"),
+                            ("mage_huber_sobolev[dyna_reward=replay]", "E", "none")]
+    assert capsys.readouterr().err == ""
+    assert [run["final_eval_return"] for run in groups[("mage_huber_sobolev[dyna_reward=replay]", "E", "none")]] == [9.0, 10.0]
