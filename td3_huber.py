@@ -41,8 +41,8 @@ import signal
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, fields
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from typing import Literal, NamedTuple
 
 import gymnasium as gym
@@ -777,7 +777,7 @@ class CudaGraphStep:
     def __init__(self, step: Callable, warmup: int = 3):
         self.step, self.warmup, self.graph = step, warmup, None
 
-    def __call__(self, *inputs: torch.Tensor):
+    def __call__(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor] | torch.Tensor:
         if self.graph is not None:
             for captured, given in zip(self.inputs, inputs):
                 if given is not captured:
