@@ -1,10 +1,11 @@
 """--cudagraphs and the capture-ready update: device-side replay sampling, the updates as functions of device tensors,
 CudaGraphStep's bookkeeping (warm-up, capture, replay into the same output tensors), the CPU refusal.
 
-This machine has no GPU, so the CUDA capture itself is not run here. What is tested is everything around it: a run whose
-updates go through CudaGraphStep, with the CUDA calls replaced by an emulation that replays a step the way a graph does
-(the step recomputed from the captured input tensors, its results written into the captured output tensors, which the
-loop must read), gives exactly the eager run's numbers.
+Without a GPU the CUDA capture itself is not run (its test, the last one, is skipped). What is tested is everything
+around it: a run whose updates go through CudaGraphStep, with the CUDA calls replaced by an emulation that replays a
+step the way a graph does (the step recomputed from the captured input tensors, its results written into the captured
+output tensors, which the loop must read), gives exactly the eager run's numbers. On a GPU:
+`python -m pytest -q tests/test_cudagraphs.py -k real_capture`.
 """
 
 import contextlib
@@ -13,6 +14,7 @@ import glob
 import importlib
 import inspect
 import json
+import math
 import os
 
 import pytest
@@ -99,7 +101,7 @@ def run_main(module, tmp_path, monkeypatch, name: str, **overrides) -> tuple[dic
             tiny[key] = value
     os.makedirs(tmp_path / name)
     monkeypatch.chdir(tmp_path / name)
-    module.main(module.Args(**tiny, **overrides))
+    module.main(module.Args(**{**tiny, **overrides}))
     (run_dir,) = glob.glob(str(tmp_path / name / "runs" / "*"))
     events = EventAccumulator(run_dir)
     events.Reload()
@@ -157,3 +159,28 @@ def test_the_captured_updates_hold_no_host_sync_or_python_side_effect(script):
     for forbidden in (".item(", ".cpu(", ".tolist(", ".numpy(", "nonlocal", "global ", "float(", "int(", "bool(", "print("):
         assert forbidden not in updates, forbidden
     assert updates.count("rb.sample(") == 1 and "num_critic_updates" not in updates
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the real capture")
+@pytest.mark.parametrize("script", RL_SCRIPTS)
+def test_real_capture_on_a_gpu_trains_with_finite_losses(tmp_path, monkeypatch, script):
+    """On a GPU (skipped here): the updates are captured as CUDA graphs and replayed (counted), every logged scalar is
+    finite, the critic's predictions move, and the run's evaluations happen, as in the eager run on the same GPU."""
+    module = importlib.import_module(script.removesuffix(".py"))
+    replays = []
+
+    class CountedStep(module.CudaGraphStep):
+        def __call__(self, *inputs):
+            replays.append(self.graph is not None)
+            return super().__call__(*inputs)
+
+    monkeypatch.setattr(module, "CudaGraphStep", CountedStep)
+    graph_scalars, graph_summary = run_main(module, tmp_path, monkeypatch, "graphs", cuda=True, cudagraphs=True)
+    eager_scalars, eager_summary = run_main(module, tmp_path, monkeypatch, "eager", cuda=True)
+    assert replays.count(True) == (400 - 4) + (200 - 4)
+    assert graph_scalars.keys() == eager_scalars.keys()
+    for tag, values in graph_scalars.items():
+        assert all(math.isfinite(value) for _, value in values), tag
+    q_values = [value for _, value in graph_scalars["losses/qf1_values"]]
+    assert max(q_values) - min(q_values) > 1e-4
+    assert len(graph_summary["eval_returns"]) == len(eager_summary["eval_returns"]) == 3
