@@ -19,7 +19,7 @@ Usage:
     python benchmarks/timing.py --env-id Hopper-v4 --scripts td3_huber dsdpg_msmmd_sobolev --seconds 10
     python benchmarks/timing.py --scripts td3_huber dsdpg_msmmd_sobolev "dsdpg_msmmd_sobolev@world_model=flow"
     python benchmarks/timing.py --device cuda --env-id Humanoid-v4 --scripts dsdpg_mmd_sobolev \
-        "dsdpg_mmd_sobolev@cudagraphs=true" --out benchmarks/timing_humanoid_cuda.json
+        "dsdpg_mmd_sobolev@cudagraphs=true" --out benchmarks/timing/humanoid_cuda.json
 A script name may carry settings of its own after "@" (comma-separated name=value), e.g. a world-model variant or
 `cudagraphs=true` (CUDA graphs; FLOPs and the breakdown are always counted on the eager update, which does the same
 arithmetic). On a GPU every timed run is closed by a device synchronisation.
