@@ -1,5 +1,6 @@
 """Shared test helpers: run a script as a user would and read its outputs back."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -8,6 +9,14 @@ from pathlib import Path
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_benchmark(name: str):
+    """benchmarks/<name>.py as a module (the benchmarks folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:

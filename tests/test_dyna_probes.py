@@ -2,27 +2,20 @@
 flags) against a target computed by hand, and benchmarks/dyna_flag_probe.py against world models whose errors are
 known (exact, or never flipping a flag) on a hand-built buffer."""
 
-import importlib.util
 import sys
 
 import torch
 import torch.nn as nn
 
-from helpers import ROOT
+from helpers import ROOT, load_benchmark
 
 sys.path.insert(0, str(ROOT))
 import td3_huber  # noqa: E402
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
-
-oracle = load("dyna_oracle_flags")
-probe = load("dyna_flag_probe")
+oracle = load_benchmark("dyna_oracle_flags")
+probe = load_benchmark("dyna_flag_probe")
 OBS_DIM, ACT_DIM, M = 7, 2, 3  # position, velocity, 3 flags
 
 

@@ -2,7 +2,6 @@
 (locally and through submitit's LocalExecutor): resuming, skipping, failures, the log."""
 
 import csv
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,20 +11,14 @@ import numpy as np
 import pytest
 from rliable import library
 
-from helpers import ROOT
+from helpers import ROOT, load_benchmark
 
 TINY = ("--total-timesteps 60 --learning-starts 40 --hidden-dim 8 --wm-hidden-dim 8 --batch-size 16 "
         "--updates-per-step 1 --eval-frequency 30 --eval-episodes 1")
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
-
-aggregate = load("aggregate")
+aggregate = load_benchmark("aggregate")
 
 
 def run_tool(tool: str, *flags: str, cwd: Path) -> subprocess.CompletedProcess:
