@@ -2,7 +2,8 @@
 # The toy RL grid that can rank (issue "Dyna targets ... the toy result tested so it can rank"): the point mass with 3
 # and 5 bonus locations, the six RL scripts at their defaults (Dyna targets with the replay reward, `--dyna-reward
 # replay`), plus `td3_huber --no-dyna` and DSDPG-MSMMD with the paper's plain-ascent slicing (`--slice-optimizer
-# ascent`), each method under its own --exp-name, 5 seeds (the paper's count): 80 runs.
+# ascent`), each method under its own --exp-name, 5 seeds (the paper's count): 80 runs. Then the default itself tested:
+# TD3 (Dyna) and MAGE with the paper-literal `--dyna-reward model` (20 more runs).
 # Sizes: those of benchmarks/toy_rl.sh (2 x 64 networks, batch 64, lr 1e-3, 15 000 steps, eval every 1 000 over 20
 # episodes, TQC 5 %) with 2 critic updates per env step instead of 1: the paper's 10 would cost ~10 x the 1-update
 # grid's 3.7 CPU-hours per 36 runs; 2 keeps the 80 runs near 16 CPU-hours (about 8 hours of this 2-core machine).
@@ -20,6 +21,10 @@ COMMON="--total-timesteps 15000 --learning-starts 1000 --hidden-dim 64 --wm-hidd
 GRID="--env-ids PointMass-v0 PointMass5-v0 --seeds 1 2 3 4 5 --grid-dir $GRID_DIR --workers $WORKERS --threads-per-job 1"
 python benchmarks/run_grid.py --scripts td3_huber mage_huber_sobolev $GRID --common "$COMMON"
 python benchmarks/run_grid.py --scripts td3_huber $GRID --common "$COMMON" --flag-sets "--no-dyna --exp-name td3_huber_no_dyna"
+python benchmarks/run_grid.py --scripts td3_huber $GRID --common "$COMMON" \
+    --flag-sets "--dyna-reward model --exp-name td3_huber_model_reward"
+python benchmarks/run_grid.py --scripts mage_huber_sobolev $GRID --common "$COMMON" \
+    --flag-sets "--dyna-reward model --exp-name mage_huber_sobolev_model_reward"
 python benchmarks/run_grid.py --scripts iqn mmd_critic dsdpg_mmd_sobolev dsdpg_msmmd_sobolev $GRID \
     --common "$COMMON --truncation 5"
 python benchmarks/run_grid.py --scripts dsdpg_msmmd_sobolev $GRID --common "$COMMON --truncation 5" \
