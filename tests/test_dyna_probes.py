@@ -12,8 +12,6 @@ from helpers import ROOT, load_benchmark
 sys.path.insert(0, str(ROOT))
 import td3_huber  # noqa: E402
 
-
-
 oracle = load_benchmark("dyna_oracle_flags")
 probe = load_benchmark("dyna_flag_probe")
 OBS_DIM, ACT_DIM, M = 7, 2, 3  # position, velocity, 3 flags
