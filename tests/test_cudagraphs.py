@@ -2,9 +2,11 @@
 CudaGraphStep's bookkeeping (warm-up, capture, replay into the same output tensors), the CPU refusal.
 
 Without a GPU the CUDA capture itself is not run (its test, the last one, is skipped). What is tested is everything
-around it: a run whose updates go through CudaGraphStep, with the CUDA calls replaced by an emulation that replays a
-step the way a graph does (the step recomputed from the captured input tensors, its results written into the captured
-output tensors, which the loop must read), gives exactly the eager run's numbers. On a GPU:
+around it, with a graph's semantics emulated on the CPU: the capture records the ATen ops the step runs (forward,
+backward, optimizer) on the very tensors it touches, and a replay reruns those ops, not the Python, writing into the
+captured tensors. A run whose updates go through CudaGraphStep this way gives exactly the eager run's numbers, which
+fails if the step reads a value back to the host, depends on a Python number that changes (such as the buffer's size),
+or reads a tensor that the loop replaces instead of updating in place. On a GPU:
 `python -m pytest -q tests/test_cudagraphs.py -k real_capture`.
 """
 
@@ -16,12 +18,16 @@ import inspect
 import json
 import math
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from helpers import error_lines, run_script
+from helpers import ROOT, error_lines, run_script
 
 RL_SCRIPTS = ["td3_huber.py", "mage_huber_sobolev.py", "mmd_critic.py", "iqn.py", "dsdpg_mmd_sobolev.py",
               "dsdpg_msmmd_sobolev.py"]
@@ -57,28 +63,70 @@ def test_replay_sampling_on_the_device_is_uniform_below_the_fill_level():
     assert restored.fill.item() == 10
 
 
-class EmulatedGraph:
-    """Stands in for torch.cuda.CUDAGraph: a replay recomputes the captured step from the captured input tensors and
-    writes the results into the captured output tensors, in place, as a graph replay does to its static memory."""
+HOST_DATA_DEPENDENT = {"aten::nonzero", "aten::masked_select", "aten::_unique2", "aten::unique_dim",
+                       "aten::unique_consecutive"}  # their output shapes are read back from the device
+DISPATCH_FILES = ("_python_dispatch.py", "_ops.py", os.path.basename(__file__))
 
-    capturing = None  # the CudaGraphStep being called
+
+class CaptureRecorder(TorchDispatchMode):
+    """Records every ATen op a step runs below autograd (its forward, its backward passes, its optimizer steps) with the
+    very tensors it read and wrote. Fails, as a CUDA capture does, on an op that reads a value back to the host (item,
+    bool, float, a data-dependent shape) and on a tensor the scripts make from host data inside the step."""
+
+    def __init__(self, trace: list):
+        super().__init__()
+        self.trace = trace
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace == "profiler":  # record_function markers: no kernel
+            return func(*args, **kwargs)
+        if func._schema.name in HOST_DATA_DEPENDENT:
+            raise AssertionError(f"{func} inside a captured step: its output shape is read back to the host")
+        if func._schema.name in ("aten::index", "aten::index_put", "aten::index_put_") and any(
+                index is not None and index.dtype in (torch.bool, torch.uint8) for index in args[1]):
+            raise AssertionError(f"{func} with a mask inside a captured step: a nonzero, read back to the host")
+        if func._schema.name == "aten::lift_fresh":  # torch.tensor(...): torch's own CPU-only branches may, a script not
+            frame = sys._getframe(1)
+            while frame.f_code.co_filename.endswith(DISPATCH_FILES):
+                frame = frame.f_back
+            if Path(frame.f_code.co_filename).parent == ROOT:
+                raise AssertionError(f"a tensor made from host data inside a captured step, at "
+                                     f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}")
+        out = func(*args, **kwargs)
+        if any(not isinstance(leaf, torch.Tensor) and leaf is not None for leaf in tree_flatten(out)[0]):
+            raise AssertionError(f"{func} inside a captured step reads a value back to the host")
+        self.trace.append((func, args, kwargs, out))
+        return out
+
+
+class ReplayedTrace:
+    """Stands in for torch.cuda.CUDAGraph with a graph's semantics, on the CPU: the capture records the step's ops
+    (CaptureRecorder) and a replay reruns those ops, and no Python, on the same tensors, writing each op's fresh results
+    into the tensors the capture produced, as a replay writes its static memory. So what the step decided in Python
+    (shapes, branches, Python numbers such as a fill level) stays as it was at the capture, a tensor replaced after the
+    capture (a buffer reassigned, not copied into) is never read again, and only in-place updates reach the graph."""
+
     replays = 0
 
     def __init__(self):
-        self.owner, self.captured = EmulatedGraph.capturing, False
+        self.trace, self.captured = [], False
 
     def replay(self) -> None:
-        if not self.captured:  # the emulated capture ran the step once: it stands for the replay that follows a capture
+        if not self.captured:  # the capture ran the ops once: it stands for the replay that follows a capture
             self.captured = True
             return
-        EmulatedGraph.replays += 1
-        outputs = self.owner.step(*self.owner.inputs)
-        captured = self.owner.outputs
-        if isinstance(captured, dict):
-            for name, tensor in captured.items():
-                tensor.copy_(outputs[name])
-        else:
-            captured.copy_(outputs)
+        ReplayedTrace.replays += 1
+        with torch.no_grad():
+            for func, args, kwargs, out in self.trace:
+                if func.is_view:  # a view aliases its base, which the replay keeps current
+                    continue
+                fresh = func(*args, **kwargs)
+                for captured, result in zip(tree_flatten(out)[0], tree_flatten(fresh)[0]):
+                    if captured is None or captured is result or captured._is_zerotensor():  # in place, or always 0
+                        continue
+                    assert captured.shape == result.shape, func
+                    captured.copy_(result)
 
 
 class EmulatedStream:
@@ -87,8 +135,38 @@ class EmulatedStream:
 
 
 @contextlib.contextmanager
-def emulated_capture(graph: EmulatedGraph):
-    yield
+def recorded_capture(graph: ReplayedTrace):
+    with CaptureRecorder(graph.trace):
+        yield
+
+
+def emulate_cuda_graphs(monkeypatch) -> None:
+    """torch.cuda's graph API replaced by the trace replay above."""
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", ReplayedTrace)
+    monkeypatch.setattr(torch.cuda, "graph", recorded_capture)
+    monkeypatch.setattr(torch.cuda, "Stream", EmulatedStream)
+    monkeypatch.setattr(torch.cuda, "current_stream", EmulatedStream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+
+
+def test_the_emulated_capture_breaks_where_a_cuda_graph_would(monkeypatch):
+    """The emulation can fail: a host read fails the capture; a Python number and a replaced tensor stay frozen."""
+    emulate_cuda_graphs(monkeypatch)
+    x = torch.ones(3)
+    with pytest.raises(AssertionError, match="_local_scalar_dense"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            float(x.sum())
+    with pytest.raises(AssertionError, match="nonzero"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            x[x > 0].sum()
+    scale, state = 2.0, {"buffer": torch.ones(3)}
+    step = TD3.CudaGraphStep(lambda x: x * scale + state["buffer"], warmup=0)
+    assert step(x).tolist() == [3.0] * 3
+    x.fill_(2.0)
+    assert step(x).tolist() == [5.0] * 3  # the input tensor's new contents reach the replay
+    scale, state["buffer"] = 10.0, torch.zeros(3)
+    assert step(x).tolist() == [5.0] * 3  # the Python number and the replaced buffer do not
+    assert step(torch.full((3,), 3.0)).tolist() == [7.0] * 3  # a new input is copied into the captured one
 
 
 def run_main(module, tmp_path, monkeypatch, name: str, **overrides) -> tuple[dict, dict]:
@@ -114,36 +192,32 @@ def run_main(module, tmp_path, monkeypatch, name: str, **overrides) -> tuple[dic
 
 @pytest.mark.parametrize("script", RL_SCRIPTS)
 def test_graph_replayed_updates_give_the_eager_numbers(tmp_path, monkeypatch, script):
+    """A run whose updates are captured and replayed (ReplayedTrace) logs exactly the eager run's numbers. Both runs use
+    capturable RAdam, allowed on the CPU here, so that they do the same arithmetic (it differs from the default RAdam's
+    by float rounding): the capture replays the optimizer's ops too."""
     module = importlib.import_module(script.removesuffix(".py"))
-    eager_scalars, eager_summary = run_main(module, tmp_path, monkeypatch, "eager")
-
-    class StepUnderTest(module.CudaGraphStep):
-        def __call__(self, *inputs):
-            EmulatedGraph.capturing = self
-            return super().__call__(*inputs)
-
     requested = []
-    radam = torch.optim.RAdam
+    radam, radam_module = torch.optim.RAdam, sys.modules["torch.optim.radam"]
+    capturable_devices = radam_module._get_capturable_supported_devices
 
-    def cpu_radam(params, *args, capturable: bool = False, **kwargs):  # capturable RAdam runs on CUDA only
+    def capturable_radam(params, *args, capturable: bool = False, **kwargs):
         requested.append(capturable)
-        return radam(params, *args, **kwargs)
+        return radam(params, *args, capturable=True, **kwargs)
+
+    monkeypatch.setattr(radam_module, "_get_capturable_supported_devices", lambda *a, **k: [*capturable_devices(*a, **k), "cpu"])
+    monkeypatch.setattr(torch.optim, "RAdam", capturable_radam)
+    eager_scalars, eager_summary = run_main(module, tmp_path, monkeypatch, "eager")
+    assert requested == [False, False, False]  # eager: the default RAdam for the actor, the critic, the world model
 
     original_check = module.check_args
     monkeypatch.setattr(module, "check_args", lambda args: original_check(dataclasses.replace(args, cudagraphs=False)))
-    monkeypatch.setattr(module, "CudaGraphStep", StepUnderTest)
-    monkeypatch.setattr(torch.optim, "RAdam", cpu_radam)
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", EmulatedGraph)
-    monkeypatch.setattr(torch.cuda, "graph", emulated_capture)
-    monkeypatch.setattr(torch.cuda, "Stream", EmulatedStream)
-    monkeypatch.setattr(torch.cuda, "current_stream", EmulatedStream)
-    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
-    EmulatedGraph.replays = 0
+    emulate_cuda_graphs(monkeypatch)
+    ReplayedTrace.replays = 0
     graph_scalars, graph_summary = run_main(module, tmp_path, monkeypatch, "graphs", cudagraphs=True)
 
-    assert requested.count(True) == 2  # the actor's and the critic's optimizers are capturable under --cudagraphs
+    assert requested[3:] == [True, True, False]  # --cudagraphs: the actor's and the critic's optimizers are capturable
     # 400 critic updates and 200 actor updates, 3 warm-up calls and 1 capture each; the rest are replays
-    assert EmulatedGraph.replays == (400 - 4) + (200 - 4)
+    assert ReplayedTrace.replays == (400 - 4) + (200 - 4)
     assert graph_scalars.keys() == eager_scalars.keys() and len(eager_scalars) >= 8
     for tag, values in eager_scalars.items():
         assert graph_scalars[tag] == values, tag
@@ -152,8 +226,9 @@ def test_graph_replayed_updates_give_the_eager_numbers(tmp_path, monkeypatch, sc
 
 @pytest.mark.parametrize("script", RL_SCRIPTS)
 def test_the_captured_updates_hold_no_host_sync_or_python_side_effect(script):
-    """What the emulation above cannot see (it reruns the Python code, a graph replays only the kernels): the update
-    functions read no tensor back to the host and change no Python state, and the loop reads their results only."""
+    """Beside the emulation (which sees host reads anywhere below the updates, and numbers that a frozen Python value or
+    a replaced tensor would change): the update functions' own text reads nothing back to the host, changes no Python
+    state (a replay would skip it without a trace in the numbers), and samples its batch inside the step."""
     source = inspect.getsource(importlib.import_module(script.removesuffix(".py")).main)
     updates = source[source.index("    def update_critic()"):source.index("    if args.cudagraphs:")]
     for forbidden in (".item(", ".cpu(", ".tolist(", ".numpy(", "nonlocal", "global ", "float(", "int(", "bool(", "print("):
