@@ -86,7 +86,7 @@ class CaptureRecorder(TorchDispatchMode):
         if func._schema.name in ("aten::index", "aten::index_put", "aten::index_put_") and any(
                 index is not None and index.dtype in (torch.bool, torch.uint8) for index in args[1]):
             raise AssertionError(f"{func} with a mask inside a captured step: a nonzero, read back to the host")
-        if func._schema.name == "aten::lift_fresh":  # torch.tensor(...): torch's own CPU-only branches may, a script not
+        if func._schema.name == "aten::lift_fresh":  # torch.tensor(): in torch's own CPU-only branches, not in a script
             frame = sys._getframe(1)
             while frame.f_code.co_filename.endswith(DISPATCH_FILES):
                 frame = frame.f_back
@@ -204,7 +204,8 @@ def test_graph_replayed_updates_give_the_eager_numbers(tmp_path, monkeypatch, sc
         requested.append(capturable)
         return radam(params, *args, capturable=True, **kwargs)
 
-    monkeypatch.setattr(radam_module, "_get_capturable_supported_devices", lambda *a, **k: [*capturable_devices(*a, **k), "cpu"])
+    monkeypatch.setattr(radam_module, "_get_capturable_supported_devices",
+                        lambda *a, **k: [*capturable_devices(*a, **k), "cpu"])
     monkeypatch.setattr(torch.optim, "RAdam", capturable_radam)
     eager_scalars, eager_summary = run_main(module, tmp_path, monkeypatch, "eager")
     assert requested == [False, False, False]  # eager: the default RAdam for the actor, the critic, the world model
