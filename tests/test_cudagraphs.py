@@ -190,7 +190,9 @@ def run_main(module, tmp_path, monkeypatch, name: str, **overrides) -> tuple[dic
 
 
 
-OTHER_UPDATE_PATHS = [  # every option that changes what the updates compute, in one run per update code
+# the options that change what the updates compute (a model-free target, the flow world model, --sobolev complete, the
+# unbiased estimator, ascent slicing, model rewards, sliced MMD in mmd_critic), each in at least one script
+OTHER_UPDATE_PATHS = [
     ("td3_huber.py", dict(dyna=False)),
     ("mmd_critic.py", dict(metric="msmmd", world_model="flow", mmd_estimator="unbiased", dyna_reward="model")),
     ("dsdpg_msmmd_sobolev.py", dict(world_model="flow", sobolev="complete", mmd_estimator="unbiased",
