@@ -249,8 +249,8 @@ def test_the_captured_updates_hold_no_host_sync_or_python_side_effect(script):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the real capture")
-@pytest.mark.parametrize("script", RL_SCRIPTS)
-def test_real_capture_on_a_gpu_trains_with_finite_losses(tmp_path, monkeypatch, script):
+@pytest.mark.parametrize("script, options", [(script, {}) for script in RL_SCRIPTS] + OTHER_UPDATE_PATHS)
+def test_real_capture_on_a_gpu_trains_with_finite_losses(tmp_path, monkeypatch, script, options):
     """On a GPU (skipped here): the updates are captured as CUDA graphs and replayed (counted), every logged scalar is
     finite, the critic's predictions move, and the run's evaluations happen, as in the eager run on the same GPU."""
     module = importlib.import_module(script.removesuffix(".py"))
@@ -262,8 +262,9 @@ def test_real_capture_on_a_gpu_trains_with_finite_losses(tmp_path, monkeypatch, 
             return super().__call__(*inputs)
 
     monkeypatch.setattr(module, "CudaGraphStep", CountedStep)
-    graph_scalars, graph_summary = run_main(module, tmp_path, monkeypatch, "graphs", cuda=True, cudagraphs=True)
-    eager_scalars, eager_summary = run_main(module, tmp_path, monkeypatch, "eager", cuda=True)
+    graph_scalars, graph_summary = run_main(module, tmp_path, monkeypatch, "graphs", cuda=True, cudagraphs=True,
+                                            **options)
+    eager_scalars, eager_summary = run_main(module, tmp_path, monkeypatch, "eager", cuda=True, **options)
     assert replays.count(True) == (400 - 4) + (200 - 4)
     assert graph_scalars.keys() == eager_scalars.keys()
     for tag, values in graph_scalars.items():
