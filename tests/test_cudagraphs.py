@@ -12,10 +12,8 @@ or reads a tensor that the loop replaces instead of updating in place. On a GPU:
 
 import contextlib
 import dataclasses
-import glob
 import importlib
 import inspect
-import json
 import math
 import os
 import sys
@@ -25,9 +23,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from helpers import ROOT, error_lines, run_script
+from helpers import ROOT, error_lines, only_run_dir, read_scalars, read_summary, run_script
 
 RL_SCRIPTS = ["td3_huber.py", "mage_huber_sobolev.py", "mmd_critic.py", "iqn.py", "dsdpg_mmd_sobolev.py",
               "dsdpg_msmmd_sobolev.py"]
@@ -180,14 +177,10 @@ def run_main(module, tmp_path, monkeypatch, name: str, **overrides) -> tuple[dic
     os.makedirs(tmp_path / name)
     monkeypatch.chdir(tmp_path / name)
     module.main(module.Args(**{**tiny, **overrides}))
-    (run_dir,) = glob.glob(str(tmp_path / name / "runs" / "*"))
-    events = EventAccumulator(run_dir)
-    events.Reload()
-    scalars = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"] if tag != "charts/SPS"}
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        summary = json.load(f)
+    run_dir = only_run_dir(tmp_path / name)
+    scalars = {tag: values for tag, values in read_scalars(run_dir).items() if tag != "charts/SPS"}
+    summary = read_summary(run_dir)
     return scalars, summary
-
 
 
 # the options that change what the updates compute (a model-free target, the flow world model, --sobolev complete, the
