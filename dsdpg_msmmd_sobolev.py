@@ -3,37 +3,14 @@
 Generator critics Z(s, a, xi), xi ~ N(0, I), model the joint law of the return and its action-gradient dZ/da, trained
 with the max-sliced MMD (multiquadric kernel) between N points (Z, dZ/da) and 2N Sobolev Bellman targets (y, dy/da),
 y = r_k + gamma (1 - d) Z'_c(s'_k, a'_k) differentiated per sample through the world model, target actor and critics,
-top 25 % by return dropped (TQC). Diff against td3_huber.py: the critic; against dsdpg_msmmd_sobolev.py: the loss.
+top 25 % by return dropped (TQC). Diff against td3_huber.py: the critic; against dsdpg_mmd_sobolev.py: the loss.
 
-Usage:
     python dsdpg_msmmd_sobolev.py --env-id Walker2d-v4 --obs-noise mult
-Outputs go to runs/<run_name>/: TensorBoard events, summary.json, checkpoint.pt (and model.pt with --save-model).
 
-Choices the paper leaves open, fixed here:
-    * Actions are rescaled to [-1, 1]; observations are float32.
-    * The critic's noise embedding m(xi) is two width-64 SiLU layers; the target set is truncated per transition.
-    * Max-slicing: one direction per transition and critic, searched on w, theta = w / |w|, by Adam (w renormalised
-      after every step) or plain ascent; closed-form gradient from the pairwise differences (linear in theta).
-    * 5 000 uniform-random steps before learning; the world model trains from the first full minibatch on, one
-      gradient step per env step (`--wm-updates-per-step`).
-    * The critic's skip connection feeds the input [s, a] to every hidden layer after the first; the twin critics
-      are one batched network (`EnsembleLinear`), so both are evaluated by one matrix product per layer.
-    * World model: reconstruction error summed over the |S|+1 normalised outputs, plus 0.1 x KL summed over the
-      latent dimensions; normalisation uses running statistics of everything added to the replay buffer (the
-      standard deviation floored at 1e-2); the decoder output is the sample (no extra decoder noise).
-    * Dyna targets take the replay row's reward value, paired with that row's termination flag, and the world
-      model's reward gradient d r^/da (`--dyna-reward replay`). Where the reward is a random terminal event (the
-      point mass's bonus) a model reward drawn beside the real flag breaks their pairing and undervalues the states
-      before the event; `--dyna-reward model` (the model's r^, the paper's literal reading) keeps that choice open.
-    * Evaluation: every `--eval-frequency` steps and at the end, `--eval-episodes` deterministic episodes in the
-      same (noisy) env, reset with the same seeds every time so curves compare policies, not episodes.
-    * Checkpoints are written at the first episode end after every `--checkpoint-frequency` steps, so a resumed
-      run continues exactly as if never stopped (same seed, same CPU). The final checkpoint, and one written on
-      Ctrl-C, may be mid-episode: resuming those starts a fresh episode.
+The choices the paper leaves open, the outputs and the flags are in README.md.
 """
 
 import copy
-import glob
 import json
 import math
 import os
@@ -41,23 +18,21 @@ import random
 import signal
 import sys
 import time
-import warnings
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from contextlib import suppress
+from dataclasses import asdict, dataclass
 from typing import Literal, NamedTuple
 
 import gymnasium as gym
-import mujoco
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
-from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-import pointmass_env
+import noise_wrappers
+import pointmass_env  # noqa: F401 (registers PointMass-v0)
 
 
 @dataclass
@@ -191,8 +166,10 @@ def check_args(args: Args) -> None:
         (args.noise_dim >= 1, "--noise-dim must be >= 1"),
         (args.kernel_bandwidth > 0, "--kernel-bandwidth must be > 0"),
         (args.slice_steps >= 0 and args.slice_lr > 0, "--slice-steps must be >= 0 and --slice-lr > 0"),
-        (0 <= args.truncation and 2 * args.num_samples - round(2 * args.num_samples * args.truncation / 100) >= 2,
-         "--truncation must be >= 0 and keep at least 2 of the 2N target points"),
+        (
+            0 <= args.truncation and 2 * args.num_samples - round(2 * args.num_samples * args.truncation / 100) >= 2,
+            "--truncation must be >= 0 and keep at least 2 of the 2N target points",
+        ),
         (0.0 <= args.obs_noise_scale < 1.0, "--obs-noise-scale must be in [0, 1)"),
         (args.dyn_noise_std is None or args.dyn_noise_std >= 0, "--dyn-noise-std must be >= 0"),
         (args.eval_frequency >= 1, "--eval-frequency must be >= 1"),
@@ -209,69 +186,6 @@ def check_args(args: Args) -> None:
 
 
 # ENV HELPERS
-DYN_NOISE_STD = {"HalfCheetah": 0.1, "Ant": 0.1, "Hopper": 5e-3, "Walker2d": 5e-3, "Humanoid": 1e-2}
-"""default dynamics-noise std per env family (gymnasium's reset_noise_scale); other envs use 1e-2"""
-
-
-class MultiplicativeObservationNoise(gym.ObservationWrapper):
-    """obs -> n * obs with one factor n ~ U[1 - scale, 1 + scale] per episode."""
-
-    def __init__(self, env: gym.Env, scale: float):
-        super().__init__(env)
-        self.scale = scale
-        self.factor = 1.0
-        space = env.observation_space
-        bounds = np.stack([space.low * (1 - scale), space.low * (1 + scale), space.high * (1 - scale), space.high * (1 + scale)])
-        self.observation_space = gym.spaces.Box(bounds.min(0), bounds.max(0), dtype=space.dtype)
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        obs, info = self.env.reset(seed=seed, options=options)
-        self.factor = float(self.np_random.uniform(1 - self.scale, 1 + self.scale))
-        return self.observation(obs), info
-
-    def observation(self, observation: np.ndarray) -> np.ndarray:
-        return (self.factor * observation).astype(observation.dtype)
-
-
-class GaussianDynamicsNoise(gym.Wrapper):
-    """After every step, add N(0, std^2) to the simulator's positions and velocities and observe the perturbed state.
-
-    MuJoCo: qpos and qvel, with free-joint and ball-joint quaternions renormalised to unit length.
-    PointMass-v0: position and velocity.
-    """
-
-    def __init__(self, env: gym.Env, std: float):
-        super().__init__(env)
-        self.std = std
-        base = env.unwrapped
-        if isinstance(base, MujocoEnv):
-            model = base.model
-            free, ball = int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)
-            quaternion_starts = [
-                adr + 3 if jtype == free else adr  # a free joint's qpos is (x, y, z, quaternion)
-                for jtype, adr in zip(model.jnt_type.tolist(), model.jnt_qposadr.tolist())
-                if jtype in (free, ball)
-            ]
-            self.quaternion_index = np.array([[i, i + 1, i + 2, i + 3] for i in quaternion_starts], dtype=np.int64).reshape(-1, 4)
-        elif not isinstance(base, pointmass_env.PointMassEnv):
-            raise ValueError("--dyn-noise gauss needs a MuJoCo env or PointMass-v0")
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        base = self.env.unwrapped
-        if isinstance(base, pointmass_env.PointMassEnv):
-            base.pos = base.pos + self.np_random.normal(0.0, self.std, base.pos.shape)
-            base.vel = base.vel + self.np_random.normal(0.0, self.std, base.vel.shape)
-        else:
-            qpos = base.data.qpos + self.np_random.normal(0.0, self.std, base.model.nq)
-            qvel = base.data.qvel + self.np_random.normal(0.0, self.std, base.model.nv)
-            quaternions = qpos[self.quaternion_index]
-            qpos[self.quaternion_index] = quaternions / np.linalg.norm(quaternions, axis=1, keepdims=True)
-            base.set_state(qpos, qvel)
-            mujoco.mj_rnePostConstraint(base.model, base.data)  # contact forces, part of some observations
-        return base._get_obs(), reward, terminated, truncated, info
-
-
 def make_env(args: Args, render_mode: str | None = None) -> gym.Env:
     """The training/evaluation env: dynamics noise, episode statistics, actions in [-1, 1], observation noise, float32."""
     try:
@@ -283,41 +197,15 @@ def make_env(args: Args, render_mode: str | None = None) -> gym.Env:
     if not np.all(np.isfinite(env.action_space.low) & np.isfinite(env.action_space.high)):
         raise ValueError(f"{args.env_id} has an unbounded action space")
     if args.dyn_noise == "gauss":
-        std = args.dyn_noise_std if args.dyn_noise_std is not None else default_dyn_noise_std(args.env_id)
-        env = GaussianDynamicsNoise(env, std)
+        std = args.dyn_noise_std if args.dyn_noise_std is not None else noise_wrappers.default_dyn_noise_std(args.env_id)
+        env = noise_wrappers.GaussianDynamicsNoise(env, std)
     env = gym.wrappers.RecordEpisodeStatistics(env)
     env = gym.wrappers.RescaleAction(env, np.float32(-1.0), np.float32(1.0))
     if args.obs_noise == "mult":
-        env = MultiplicativeObservationNoise(env, args.obs_noise_scale)
+        env = noise_wrappers.MultiplicativeObservationNoise(env, args.obs_noise_scale)
     space = env.observation_space
     float32_space = gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), dtype=np.float32)
     return gym.wrappers.TransformObservation(env, lambda obs: obs.astype(np.float32), float32_space)
-
-
-def make_eval_env(args: Args, video_dir: str | None) -> gym.Env:
-    """The evaluation env; with a video_dir, gymnasium's RecordVideo filming the first of every `eval_episodes` episodes.
-    MuJoCo renders headless with MUJOCO_GL (egl unless set, then osmesa); a backend that cannot render is refused."""
-    if video_dir is None:
-        return make_env(args)
-    errors = []
-    for backend in [os.environ["MUJOCO_GL"]] if "MUJOCO_GL" in os.environ else ["egl", "osmesa"]:
-        os.environ["MUJOCO_GL"] = backend
-        env = make_env(args, render_mode="rgb_array")
-        try:
-            env.reset(seed=0)
-            env.render()
-            warnings.filterwarnings("ignore", ".*Overwriting existing videos")  # file names are unique but for reruns
-            return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda episode: episode % args.eval_episodes == 0,
-                                           disable_logger=True)
-        except Exception as error:  # a missing GL library surfaces as anything from ImportError to AttributeError
-            errors.append(f"MUJOCO_GL={backend}: {type(error).__name__}: {' '.join(str(error).split())}")
-            env.close()
-    raise ValueError(f"--capture-video: cannot render ({'; '.join(errors)}); see the README's 'Tracking and videos'")
-
-
-def default_dyn_noise_std(env_id: str) -> float:
-    family = env_id.split("-")[0]
-    return DYN_NOISE_STD.get(family, 1e-2)
 
 
 # NETWORKS
@@ -372,9 +260,12 @@ class Actor(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, hidden_dim: int):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(obs_dim, hidden_dim), nn.SiLU(),
-            nn.Linear(hidden_dim, hidden_dim), nn.SiLU(),
-            nn.Linear(hidden_dim, act_dim), nn.Tanh(),
+            nn.Linear(obs_dim, hidden_dim),
+            nn.SiLU(),
+            nn.Linear(hidden_dim, hidden_dim),
+            nn.SiLU(),
+            nn.Linear(hidden_dim, act_dim),
+            nn.Tanh(),
         )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -446,7 +337,9 @@ class PerCopyPrior(torch.autograd.Function):
         """cond (G*copies, C) -> (prior output (G*copies, P), Jacobian (T, G, P) w.r.t. the T columns)."""
         group_cond = cond.detach()[::copies]  # (G, C); detached: the gradient is this Function's backward
         tangents = torch.eye(cond.shape[-1], dtype=cond.dtype, device=cond.device)[columns]  # (T, C)
-        outputs, jacobian = torch.func.vmap(lambda t: torch.func.jvp(prior, (group_cond,), (t.expand_as(group_cond),)))(tangents)
+        outputs, jacobian = torch.func.vmap(lambda t: torch.func.jvp(prior, (group_cond,), (t.expand_as(group_cond),)))(
+            tangents
+        )
         return outputs[0].repeat_interleave(copies, 0), jacobian  # the prior's output is computed once, not per tangent
 
     @staticmethod
@@ -485,7 +378,9 @@ class WorldModel(nn.Module):
         self.encoder = SkipMLP(cond_dim + obs_dim + 1, hidden_dim, 2 * self.latent_dim)
         self.decoder = SkipMLP(cond_dim + self.latent_dim, hidden_dim, obs_dim + 1)
 
-    def update_normaliser(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> None:
+    def update_normaliser(
+        self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor
+    ) -> None:
         """obs (..., S), actions (..., A), rewards (..., 1), next_obs (..., S)."""
         self.normaliser.update(torch.cat([obs, actions, next_obs - obs, rewards], -1))
 
@@ -506,9 +401,7 @@ class WorldModel(nn.Module):
         eps = q_mean + q_log_std.exp() * torch.randn_like(q_mean)
         reconstruction = (self.decoder(torch.cat([cond, eps], -1)) - target).pow(2).sum(-1)  # (B,)
         kl = (
-            p_log_std - q_log_std
-            + ((2 * q_log_std).exp() + (q_mean - p_mean) ** 2) / (2 * (2 * p_log_std).exp())
-            - 0.5
+            p_log_std - q_log_std + ((2 * q_log_std).exp() + (q_mean - p_mean) ** 2) / (2 * (2 * p_log_std).exp()) - 0.5
         ).sum(-1)  # KL(q || p), (B,)
         return (reconstruction + self.kl_weight * kl).mean()
 
@@ -534,166 +427,14 @@ class WorldModel(nn.Module):
         return next_obs, rewards
 
 
-class InvertibleLinear(nn.Module):
-    """Glow's invertible 1x1 convolution on R^D, LU-parameterised: y = W x with W = P L (U + diag(sign_s exp(log_s))).
-
-    P is a fixed permutation, L unit lower-triangular, U strictly upper-triangular, so log|det W| = sum(log_s).
-    Initialised at the QR factor of a Gaussian matrix (a random orthogonal W, drawn from torch's global RNG).
-    """
-
-    def __init__(self, dim: int):
-        super().__init__()
-        q = torch.linalg.qr(torch.randn(dim, dim)).Q
-        perm, lower, upper = torch.linalg.lu(q)
-        diagonal = upper.diagonal()
-        self.register_buffer("perm", perm)
-        self.register_buffer("sign_s", diagonal.sign())
-        self.register_buffer("lower_mask", torch.ones(dim, dim).tril(-1))
-        self.register_buffer("eye", torch.eye(dim))
-        self.lower = nn.Parameter(lower)
-        self.upper = nn.Parameter(upper.triu(1))
-        self.log_s = nn.Parameter(diagonal.abs().log())
-
-    def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """L (unit lower-triangular) and U + diag(sign_s exp(log_s)) (upper-triangular), each (D, D)."""
-        lower = self.lower * self.lower_mask + self.eye
-        upper = self.upper * self.lower_mask.T + torch.diag(self.sign_s * self.log_s.exp())
-        return lower, upper
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (..., D) -> (W x (..., D), log|det W| (...))."""
-        lower, upper = self.factors()
-        weight = self.perm @ lower @ upper  # (D, D)
-        return x @ weight.T, self.log_s.sum().expand(x.shape[:-1])
-
-    def inverse(self, y: torch.Tensor) -> torch.Tensor:
-        """y (..., D) -> W^-1 y (..., D), W^-1 = upper^-1 L^-1 P^T by two triangular solves."""
-        lower, upper = self.factors()
-        lower_inv = torch.linalg.solve_triangular(lower, self.eye, upper=False, unitriangular=True)
-        weight_inv = torch.linalg.solve_triangular(upper, lower_inv @ self.perm.T, upper=True)  # (D, D)
-        return y @ weight_inv.T
-
-
-class AffineCoupling(nn.Module):
-    """RealNVP affine coupling conditioned on c: the kept part of x passes unchanged, the other part becomes
-    x_change * exp(log_scale) + shift, with (log_scale, shift) = MLP(x_keep, c).
-
-    x is split into its first D // 2 and last D - D // 2 coordinates; `flip` keeps the last ones instead of the first.
-    The MLP has two SiLU hidden layers, each followed by LayerNorm; its output layer starts at zero, so the coupling
-    starts as the identity. The log-scale is soft-clipped to (-scale_bound, scale_bound) by a scaled tanh.
-    """
-
-    def __init__(self, dim: int, cond_dim: int, hidden_dim: int, flip: bool, scale_bound: float):
-        super().__init__()
-        self.sizes = [dim // 2, dim - dim // 2]
-        self.flip = flip
-        self.scale_bound = scale_bound
-        keep_dim, change_dim = self.sizes[::-1] if flip else self.sizes
-        self.net = nn.Sequential(
-            nn.Linear(keep_dim + cond_dim, hidden_dim), nn.SiLU(), nn.LayerNorm(hidden_dim),
-            nn.Linear(hidden_dim, hidden_dim), nn.SiLU(), nn.LayerNorm(hidden_dim),
-            nn.Linear(hidden_dim, 2 * change_dim),
-        )
-        nn.init.zeros_(self.net[-1].weight)
-        nn.init.zeros_(self.net[-1].bias)
-
-    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (..., D) -> (kept part, changed part)."""
-        first, last = x.split(self.sizes, -1)
-        return (last, first) if self.flip else (first, last)
-
-    def join(self, keep: torch.Tensor, change: torch.Tensor) -> torch.Tensor:
-        return torch.cat([change, keep] if self.flip else [keep, change], -1)
-
-    def scale_shift(self, keep: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        raw_log_scale, shift = self.net(torch.cat([keep, cond], -1)).chunk(2, -1)
-        return self.scale_bound * torch.tanh(raw_log_scale / self.scale_bound), shift
-
-    def forward(self, x: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (..., D), cond (..., C) -> (y (..., D), log|det dy/dx| (...))."""
-        keep, change = self.split(x)
-        log_scale, shift = self.scale_shift(keep, cond)
-        return self.join(keep, change * log_scale.exp() + shift), log_scale.sum(-1)
-
-    def inverse(self, y: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
-        """y (..., D), cond (..., C) -> x (..., D)."""
-        keep, change = self.split(y)
-        log_scale, shift = self.scale_shift(keep, cond)
-        return self.join(keep, (change - shift) * (-log_scale).exp())
-
-
-class FlowWorldModel(nn.Module):
-    """Conditional RealNVP flow of x = (ds, r) = (s' - s, r) given c = (s, a), in normalised coordinates.
-
-    The map x -> z is `num_couplings` steps of [InvertibleLinear, AffineCoupling], the couplings alternately keeping
-    the first D // 2 and the last D - D // 2 coordinates of their input (D = |S| + 1 >= 2), with base N(0, I);
-    log p(x | c) = log N(f(x; c); 0, I) + log|det df/dx|, and the loss is its negative batch mean. Samples are
-    x = f^-1(z; c), z ~ N(0, I), so (s', r) is differentiable w.r.t. (s, a) through c. The interface is the cVAE's.
-    """
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden_dim: int, num_couplings: int = 4, scale_bound: float = 2.0):
-        super().__init__()
-        self.latent_dim = self.dim = obs_dim + 1
-        cond_dim = obs_dim + act_dim
-        self.normaliser = RunningNormaliser(cond_dim + obs_dim + 1)  # statistics of (s, a, ds, r), one update per step
-        self.cond_part, self.out_part = slice(0, cond_dim), slice(cond_dim, None)  # (s, a) and (ds, r)
-        self.mixes = nn.ModuleList([InvertibleLinear(self.dim) for _ in range(num_couplings)])
-        self.couplings = nn.ModuleList(
-            [AffineCoupling(self.dim, cond_dim, hidden_dim, k % 2 == 1, scale_bound) for k in range(num_couplings)]
-        )
-
-    def update_normaliser(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> None:
-        """obs (..., S), actions (..., A), rewards (..., 1), next_obs (..., S)."""
-        self.normaliser.update(torch.cat([obs, actions, next_obs - obs, rewards], -1))
-
-    def condition(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return self.normaliser.normalise(torch.cat([obs, actions], -1), self.cond_part)
-
-    def forward_transform(self, x: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (..., D), cond (..., C) -> (z (..., D), log|det dz/dx| (...))."""
-        log_det = torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)
-        for mix, coupling in zip(self.mixes, self.couplings):
-            x, mix_log_det = mix(x)
-            x, coupling_log_det = coupling(x, cond)
-            log_det = log_det + mix_log_det + coupling_log_det
-        return x, log_det
-
-    def inverse_transform(self, z: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
-        """z (..., D), cond (..., C) -> x (..., D)."""
-        for mix, coupling in zip(reversed(self.mixes), reversed(self.couplings)):
-            z = mix.inverse(coupling.inverse(z, cond))
-        return z
-
-    def log_prob(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
-        """log p(x | c) of normalised x (..., D) given normalised cond (..., C) -> (...)."""
-        z, log_det = self.forward_transform(x, cond)
-        return -0.5 * (z.pow(2).sum(-1) + self.dim * math.log(2 * math.pi)) + log_det
-
-    def loss(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
-        """Negative mean log-likelihood of normalised (ds, r): obs (B, S), actions (B, A), rewards (B,), next_obs (B, S)."""
-        cond = self.condition(obs, actions)  # (B, S+A)
-        target = self.normaliser.normalise(torch.cat([next_obs - obs, rewards[:, None]], -1), self.out_part)  # (B, S+1)
-        return -self.log_prob(target, cond).mean()
-
-    def sample(
-        self, obs: torch.Tensor, actions: torch.Tensor, n: int, noise: torch.Tensor | None = None, copies: int = 1
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """n samples per pair: obs (B, S), actions (B, A) -> next_obs (B, n, S), rewards (B, n); differentiable.
-        `noise` (B, n, D), the base draws z ~ N(0, I) behind the samples, is drawn here unless given. `copies` is the
-        cVAE's: every coupling of the flow conditions on its own row, so nothing can be shared between copies."""
-        cond = self.condition(obs, actions)[:, None].expand(-1, n, -1)  # (B, n, S+A)
-        if noise is None:
-            noise = torch.randn(obs.shape[0], n, self.dim, device=obs.device)
-        out = self.inverse_transform(noise, cond)  # (B, n, S+1)
-        out = self.normaliser.denormalise(out, self.out_part)
-        next_obs, rewards = obs[:, None] + out[..., :-1], out[..., -1]
-        return next_obs, rewards
-
-
-def make_world_model(kind: str, obs_dim: int, act_dim: int, hidden_dim: int | None) -> WorldModel | FlowWorldModel:
-    """The world model of --world-model, at the paper's width (cVAE 1024, flow 512) unless --wm-hidden-dim is given."""
+def make_world_model(kind: str, obs_dim: int, act_dim: int, hidden_dim: int | None) -> WorldModel:
+    """The world model of --world-model, at the paper's width (cVAE 1024, flow 512) unless --wm-hidden-dim is given;
+    the flow (flag_extras.py) has the cVAE's interface."""
     if kind == "flow":
-        return FlowWorldModel(obs_dim, act_dim, 512 if hidden_dim is None else hidden_dim)
+        from flag_extras import FlowWorldModel
+
+        normaliser = RunningNormaliser(2 * obs_dim + act_dim + 1)
+        return FlowWorldModel(obs_dim, act_dim, 512 if hidden_dim is None else hidden_dim, normaliser)
     return WorldModel(obs_dim, act_dim, 1024 if hidden_dim is None else hidden_dim)
 
 
@@ -770,8 +511,14 @@ def mmd2(x: torch.Tensor, y: torch.Tensor, h: float, estimator: str = "biased") 
 
 
 def max_sliced_mmd2(
-    x: torch.Tensor, y: torch.Tensor, h: float, steps: int, lr: float, estimator: str = "biased",
-    initial_theta: torch.Tensor | None = None, optimizer: str = "adam",
+    x: torch.Tensor,
+    y: torch.Tensor,
+    h: float,
+    steps: int,
+    lr: float,
+    estimator: str = "biased",
+    initial_theta: torch.Tensor | None = None,
+    optimizer: str = "adam",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Max-sliced MMD^2 between x (..., n, d) and y (..., m, d): (loss (...), theta (..., d) detached unit vectors).
 
@@ -784,16 +531,34 @@ def max_sliced_mmd2(
     lead = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     xd, yd = x.detach().expand(*lead, n, d), y.detach().expand(*lead, m, d)
     (xi, xj), (yi, yj) = torch.triu_indices(n, n, 1, device=x.device), torch.triu_indices(m, m, 1, device=x.device)
-    diffs = torch.cat([xd[..., xi, :] - xd[..., xj, :], yd[..., yi, :] - yd[..., yj, :],
-                       (xd.unsqueeze(-2) - yd.unsqueeze(-3)).flatten(-3, -2)], -2)  # (..., P, d) all pairs
+    diffs = torch.cat(
+        [
+            xd[..., xi, :] - xd[..., xj, :],
+            yd[..., yi, :] - yd[..., yj, :],
+            (xd.unsqueeze(-2) - yd.unsqueeze(-3)).flatten(-3, -2),
+        ],
+        -2,
+    )  # (..., P, d) all pairs
     within = (n * n, m * m) if estimator == "biased" else (n * (n - 1), m * (m - 1))
-    weights = torch.cat([x.new_full((xi.shape[0],), 2.0 / within[0]), x.new_full((yi.shape[0],), 2.0 / within[1]),
-                         x.new_full((n * m,), -2.0 / (n * m))])  # (P,) MMD^2 = sum_p weights_p k(theta . diffs_p)
+    weights = torch.cat(
+        [
+            x.new_full((xi.shape[0],), 2.0 / within[0]),
+            x.new_full((yi.shape[0],), 2.0 / within[1]),
+            x.new_full((n * m,), -2.0 / (n * m)),
+        ]
+    )  # (P,) MMD^2 = sum_p weights_p k(theta . diffs_p)
     diffs_t = diffs.transpose(-1, -2).contiguous()  # (..., d, P): row-vector products are the fast layout on CPU
     weighted_diffs = diffs * (-(h**2) * weights).unsqueeze(-1)  # (..., P, d)
     theta = torch.randn(*lead, d, device=x.device) if initial_theta is None else initial_theta.detach()
     w = theta = F.normalize(theta.expand(*lead, d), dim=-1).unsqueeze(-2)  # (..., 1, d)
-    first_moment, second_moment, beta1, beta2, eps, one = torch.zeros_like(w), torch.zeros_like(w), 0.9, 0.999, 1e-8, x.new_ones(())
+    first_moment, second_moment, beta1, beta2, eps, one = (
+        torch.zeros_like(w),
+        torch.zeros_like(w),
+        0.9,
+        0.999,
+        1e-8,
+        x.new_ones(()),
+    )
     for step in range(1, steps + 1):  # few, in-place operations: at small sizes a step costs one dispatch per operation
         projected = theta @ diffs_t  # (..., 1, P)
         slope = torch.addcmul(one, projected, projected, value=h**2).rsqrt_().mul_(projected)  # k' of -sqrt(1 + h^2 t^2)
@@ -826,9 +591,18 @@ def dyna_rewards(replay_rewards: torch.Tensor, model_rewards: torch.Tensor, sour
 
 
 def sobolev_targets(
-    obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, terminations: torch.Tensor,
-    world_model: WorldModel | FlowWorldModel, target_actor: Actor, target_critic: Critic, gamma: float,
-    policy_noise: float, noise_clip: float, num_samples: int, dyna_reward: str = "replay",
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    rewards: torch.Tensor,
+    terminations: torch.Tensor,
+    world_model: WorldModel,
+    target_actor: Actor,
+    target_critic: Critic,
+    gamma: float,
+    policy_noise: float,
+    noise_clip: float,
+    num_samples: int,
+    dyna_reward: str = "replay",
     complete: bool = False,
 ) -> torch.Tensor:
     """The 2N Sobolev Bellman target points (y_ck, dy_ck/da) of each pair, critic 1's N then critic 2's N, detached
@@ -880,8 +654,14 @@ def sobolev_samples(
 
 
 def critic_loss(
-    predictions: torch.Tensor, targets: torch.Tensor, h: float, estimator: str, slice_steps: int, slice_lr: float,
-    slice_optimizer: str, initial_theta: torch.Tensor,
+    predictions: torch.Tensor,
+    targets: torch.Tensor,
+    h: float,
+    estimator: str,
+    slice_steps: int,
+    slice_lr: float,
+    slice_optimizer: str,
+    initial_theta: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MMD^2 between each critic's prediction set and the shared target set, mean over the batch, summed over the
     critics, max-sliced: predictions (E, B, N, 1+A), targets (B, K, 1+A) -> (loss (), directions (E, B, 1+A))."""
@@ -890,8 +670,7 @@ def critic_loss(
 
 
 def contraction_factor(
-    obs: torch.Tensor, actions: torch.Tensor, world_model: WorldModel | FlowWorldModel, target_actor: Actor,
-    gamma: float,
+    obs: torch.Tensor, actions: torch.Tensor, world_model: WorldModel, target_actor: Actor, gamma: float
 ) -> torch.Tensor:
     """gamma |(df/da)^T (dpi'/ds')^T|_2 per pair: how much one Sobolev backup can stretch action-gradients, the paper's
     gamma kappa (contraction needs gamma kappa < 1). df/da follows one world-model sample path s' = f(s, a, eps) and
@@ -910,38 +689,6 @@ def contraction_factor(
 
 
 # TRAINING
-class CudaGraphStep:
-    """A training step run as one CUDA graph (--cudagraphs), LeanRL-style. Its first `warmup` calls run eagerly on a side
-    stream (optimizer states, cuBLAS workspaces and autograd buffers get allocated there), the next call is captured,
-    and every later call replays the capture. The step may not sync with the host; tensor arguments are copied into the
-    captured ones (nothing to copy when they are the same tensors), and the outputs are the same tensors at every call,
-    overwritten by each replay."""
-
-    def __init__(self, step: Callable, warmup: int = 3):
-        self.step, self.warmup, self.graph = step, warmup, None
-
-    def __call__(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor] | torch.Tensor:
-        if self.graph is not None:
-            for captured, given in zip(self.inputs, inputs):
-                if given is not captured:
-                    captured.copy_(given)
-            self.graph.replay()
-            return self.outputs
-        if self.warmup > 0:
-            self.warmup -= 1
-            side_stream = torch.cuda.Stream()
-            side_stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side_stream):
-                outputs = self.step(*inputs)
-            torch.cuda.current_stream().wait_stream(side_stream)
-            return outputs
-        self.graph, self.inputs = torch.cuda.CUDAGraph(), inputs
-        with torch.cuda.graph(self.graph):
-            self.outputs = self.step(*inputs)
-        self.graph.replay()
-        return self.outputs
-
-
 def evaluate(actor: Actor, env: gym.Env, num_episodes: int, seed: int, device: torch.device) -> list[float]:
     """Returns of the deterministic policy over `num_episodes` episodes reset with seeds seed, seed+1, ...; a video being
     recorded (RecordVideo, --capture-video) is written before returning."""
@@ -967,41 +714,9 @@ def save_checkpoint(path: str, state: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
-def file_in_run(path: str, *names: str) -> str:
-    """`path` itself, or in a run folder the first of the files `names` that exists there (else the first name)."""
-    if not os.path.isdir(path):
-        return path
-    found = [os.path.join(path, name) for name in names if os.path.isfile(os.path.join(path, name))]
-    return found[0] if found else os.path.join(path, names[0])
-
-
-def load_checkpoint(path: str) -> dict:
-    """torch.load(path, weights_only=True) of a checkpoint or model this script wrote; anything else is a ValueError."""
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # garbage, empty and truncated files fail in pickle, zip and OS errors alike
-        raise ValueError(f"cannot read {path!r} ({type(error).__name__}): it is damaged, empty or truncated") from None
-    script = os.path.basename(__file__)
-    if not isinstance(saved, dict) or saved.get("script") != script:
-        writer = (saved.get("script") or "an older version of the scripts") if isinstance(saved, dict) else "something else"
-        raise ValueError(f"{path!r} was written by {writer}; this is {script}")
-    return saved
-
-
-def start_tracking(args: Args, run_dir: str):
-    """wandb.init as CleanRL does: TensorBoard synced, hyperparameters and code saved; the W&B run's id is the run
-    name, so a resumed run continues it. W&B files go to runs/wandb/. Returns the wandb module."""
-    run_name = os.path.basename(run_dir)
-    try:
-        import wandb  # only with --track
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=vars(args),
-                   name=run_name, id="".join(c if c.isalnum() or c in "-_" else "-" for c in run_name), resume="allow",
-                   save_code=True, dir=os.path.dirname(os.path.abspath(run_dir)))
-    except Exception as error:  # not installed, not logged in, no network, ...
-        reason = " ".join(f"{type(error).__name__}: {error}".split())[:300]
-        raise ValueError(f"--track: cannot start W&B ({reason}); WANDB_MODE=offline logs locally") from None
-    return wandb
+def fail(message: str) -> None:
+    """One line on stderr, exit status 1, no traceback."""
+    raise SystemExit(f"{os.path.basename(__file__)}: error: {message}")
 
 
 def raise_keyboard_interrupt(signum: int, frame: object) -> None:
@@ -1009,80 +724,60 @@ def raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def resumed_args(cli_args: Args, saved: dict) -> Args:
-    """The checkpoint's settings; the step budget, device, tracking and videos come from the command line."""
-    args = Args(**saved)
-    defaults = Args()
-    for field in fields(Args):
-        name = field.name
-        if name in ("total_timesteps", "cuda", "resume", "capture_video", "track", "wandb_project_name", "wandb_entity"):
-            setattr(args, name, getattr(cli_args, name))
-        elif getattr(cli_args, name) != getattr(defaults, name) and getattr(cli_args, name) != saved[name]:
-            print(f"warning: --{name.replace('_', '-')} ignored on resume (the run uses {saved[name]!r})", file=sys.stderr)
-    return args
+def log_update(
+    writer: SummaryWriter, args: Args, batch: dict[str, torch.Tensor], losses: dict[str, torch.Tensor], step: int
+) -> None:
+    """TensorBoard, every 100 steps: the last critic step's predictions and targets, and the latest losses."""
+    act_dim = batch["predictions"].shape[-1] - 1 - (batch["obs"].shape[-1] if args.sobolev == "complete" else 0)
+    writer.add_scalar("losses/qf1_values", batch["predictions"][0, ..., 0].mean().item(), step)
+    writer.add_scalar("losses/qf2_values", batch["predictions"][1, ..., 0].mean().item(), step)
+    writer.add_scalar("losses/qf1_action_grad_norm", batch["predictions"][0, ..., 1 : act_dim + 1].norm(dim=-1).mean(), step)
+    writer.add_scalar("losses/target_action_grad_norm", batch["targets"][..., 1 : act_dim + 1].norm(dim=-1).mean(), step)
+    with torch.no_grad():  # how much the search raised the projected MMD^2 over its starting direction
+        initial, final = (
+            mmd2(batch["predictions"] @ t, batch["targets"] @ t, args.kernel_bandwidth, args.mmd_estimator)
+            for t in (F.normalize(batch["initial_theta"], dim=-1)[..., None], batch["theta"][..., None])
+        )
+    writer.add_scalar("losses/slice_gain", (final.mean() / initial.mean()).item(), step)
+    for name, value in losses.items():
+        writer.add_scalar(f"losses/{name}", value.item(), step)
 
 
-def fail(message: str) -> None:
-    """One line on stderr, exit status 1, no traceback."""
-    raise SystemExit(f"{os.path.basename(__file__)}: error: {message}")
+def open_run(args: Args) -> tuple:
+    """(the run's Args, its checkpoint with --resume or None, its folder, the training and evaluation envs, the wandb
+    module with --track or None); a bad flag or file is a ValueError."""
+    checkpoint = None
+    if args.resume is not None:
+        from flag_extras import read_checkpoint
 
-
-def evaluate_saved_model(args: Args) -> None:
-    """--evaluate: the saved actor over --eval-episodes deterministic episodes of its run's env, with the run's noise
-    settings and evaluation seeds; mean +- std printed and written to evaluation.json beside the model."""
-    try:
+        args, checkpoint, run_dir = read_checkpoint(args, sys.modules[__name__])
+    else:
         check_args(args)
-        saved = load_checkpoint(args.evaluate)
-        run_args = Args(**saved["args"])
-        if args.env_id not in (Args.env_id, run_args.env_id):
-            raise ValueError(f"{args.evaluate!r} holds a policy for {run_args.env_id}, not for {args.env_id}")
-        run_args.eval_episodes, run_dir = args.eval_episodes, os.path.dirname(os.path.abspath(args.evaluate))
-        env = make_eval_env(run_args, os.path.join(run_dir, "videos") if args.capture_video else None)
-        device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-        actor = Actor(env.observation_space.shape[0], env.action_space.shape[0], run_args.hidden_dim).to(device)
-        actor.load_state_dict(saved["actor"])
-    except ValueError as error:
-        fail(str(error))
-    except (RuntimeError, KeyError, TypeError) as error:
-        fail(f"cannot evaluate {args.evaluate!r}: {' '.join(str(error).split())}")
+        run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+    env = make_env(args)
     if args.capture_video:
-        env.name_prefix = "evaluate"
-    returns = evaluate(actor, env, args.eval_episodes, run_args.seed + 100_000, device)
-    result = {"model": args.evaluate, "env_id": run_args.env_id, "obs_noise": run_args.obs_noise,
-              "dyn_noise": run_args.dyn_noise, "episodes": len(returns), "mean_return": float(np.mean(returns)),
-              "std_return": float(np.std(returns)), "returns": returns}
-    with open(os.path.join(run_dir, "evaluation.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"eval return {result['mean_return']:.2f} +- {result['std_return']:.2f} over {len(returns)} episodes of "
-          f"{run_args.env_id}; written to {os.path.join(run_dir, 'evaluation.json')}")
-    env.close()
+        from flag_extras import make_video_env
+
+        eval_env = make_video_env(args, make_env, os.path.join(run_dir, "videos"))
+    else:
+        eval_env = make_env(args)
+    wandb = None
+    if args.track:
+        from flag_extras import start_tracking
+
+        wandb = start_tracking(args, run_dir)
+    return args, checkpoint, run_dir, env, eval_env, wandb
 
 
 def main(args: Args) -> None:
-    if args.resume is not None:
-        args.resume = file_in_run(args.resume, "checkpoint.pt")
-    if args.evaluate is not None:
-        args.evaluate = file_in_run(args.evaluate, "model.pt", "checkpoint.pt")
-        return evaluate_saved_model(args)
     try:
-        check_args(args)
-        checkpoint = load_checkpoint(args.resume) if args.resume else None
-        if checkpoint is not None:
-            args = resumed_args(args, checkpoint["args"])
-            check_args(args)
-            if args.total_timesteps < checkpoint["global_step"]:
-                raise ValueError(f"--total-timesteps {args.total_timesteps} is below the checkpoint's step "
-                                 f"{checkpoint['global_step']}: resuming would repeat steps")
-            run_dir = os.path.dirname(os.path.abspath(args.resume))
-        else:
-            run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-        env = make_env(args)
-        eval_env = make_eval_env(args, os.path.join(run_dir, "videos") if args.capture_video else None)
-        wandb = start_tracking(args, run_dir) if args.track else None
+        if args.evaluate is not None:
+            from flag_extras import evaluate_saved_model
+
+            return evaluate_saved_model(args, sys.modules[__name__])
+        args, checkpoint, run_dir, env, eval_env, wandb = open_run(args)
     except ValueError as error:
         fail(str(error))
-    except (OSError, RuntimeError, KeyError, TypeError) as error:
-        fail(f"cannot resume from {args.resume!r}: {' '.join(str(error).split())}")
     os.makedirs(run_dir, exist_ok=True)
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
@@ -1105,31 +800,63 @@ def main(args: Args) -> None:
     world_model = make_world_model(args.world_model, obs_dim, act_dim, args.wm_hidden_dim).to(device)
     wm_optimizer = torch.optim.RAdam(world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4, foreach=True)
     rb = ReplayBuffer(obs_dim, act_dim, args.buffer_size, device)
+    networks = dict(
+        actor=actor, critic=critic, target_actor=target_actor, target_critic=target_critic, world_model=world_model
+    )
+    optimizers = dict(actor_optimizer=actor_optimizer, critic_optimizer=critic_optimizer, wm_optimizer=wm_optimizer)
+    stateful = {**networks, **optimizers, "replay_buffer": rb}  # what a checkpoint holds, by name
     if args.compile:
-        torch._inductor.config.fallback_random = True  # compiled code draws the same random numbers as eager code
-        actor.compile()
-        world_model.loss = torch.compile(world_model.loss)
+        from flag_extras import compile_parts
+
+        compile_parts(actor, world_model)
 
     # ALGO LOGIC: one critic update and one actor update, functions of device tensors with no host sync inside, so that
     # --cudagraphs can capture each as one CUDA graph; without it they run eagerly as written
     def update_critic() -> dict[str, torch.Tensor]:
         """A fresh replay batch and one critic step on it: what the actor step and the logs read."""
         data = rb.sample(args.batch_size)
-        targets = sobolev_targets(data.obs, data.actions, data.rewards, data.terminations, world_model,
-                                  target_actor, target_critic, args.gamma, args.policy_noise, args.noise_clip,
-                                  args.num_samples, args.dyna_reward, args.sobolev == "complete")  # (B, 2N, 1+A[+S])
+        targets = sobolev_targets(
+            data.obs,
+            data.actions,
+            data.rewards,
+            data.terminations,
+            world_model,
+            target_actor,
+            target_critic,
+            args.gamma,
+            args.policy_noise,
+            args.noise_clip,
+            args.num_samples,
+            args.dyna_reward,
+            args.sobolev == "complete",
+        )  # (B, 2N, 1+A[+S])
         targets = truncate_top(targets, args.truncation)  # (B, K, 1+A[+S])
-        predictions = sobolev_samples(critic, data.obs, data.actions, args.num_samples,
-                                      args.sobolev == "complete")  # (2, B, N, 1+A[+S])
+        predictions = sobolev_samples(
+            critic, data.obs, data.actions, args.num_samples, args.sobolev == "complete"
+        )  # (2, B, N, 1+A[+S])
         initial_theta = torch.randn(critic.num_critics, args.batch_size, targets.shape[-1], device=device)
-        qf_loss, theta = critic_loss(predictions, targets, args.kernel_bandwidth, args.mmd_estimator,
-                                     args.slice_steps, args.slice_lr, args.slice_optimizer, initial_theta)
+        qf_loss, theta = critic_loss(
+            predictions,
+            targets,
+            args.kernel_bandwidth,
+            args.mmd_estimator,
+            args.slice_steps,
+            args.slice_lr,
+            args.slice_optimizer,
+            initial_theta,
+        )
 
         critic_optimizer.zero_grad()
         qf_loss.backward()
         critic_optimizer.step()
-        return {"obs": data.obs, "predictions": predictions.detach(), "targets": targets.detach(), "qf_loss": qf_loss.detach(),
-                "initial_theta": initial_theta, "theta": theta}
+        return {
+            "obs": data.obs,
+            "predictions": predictions.detach(),
+            "targets": targets.detach(),
+            "qf_loss": qf_loss.detach(),
+            "initial_theta": initial_theta,
+            "theta": theta,
+        }
 
     def update_actor(obs: torch.Tensor) -> torch.Tensor:
         """One actor step on the critic step's states obs (B, S), then the target networks' Polyak step."""
@@ -1140,9 +867,7 @@ def main(args: Args) -> None:
         actor_optimizer.zero_grad()
         actor_loss.backward(inputs=list(actor.parameters()))  # no gradients for the critic's weights
         actor_optimizer.step()
-
-        # update the target networks
-        with torch.no_grad():
+        with torch.no_grad():  # the target networks' Polyak step
             for param, target_param in zip(actor.parameters(), target_actor.parameters()):
                 target_param.lerp_(param, args.tau)
             for param, target_param in zip(critic.parameters(), target_critic.parameters()):
@@ -1150,6 +875,8 @@ def main(args: Args) -> None:
         return actor_loss.detach()
 
     if args.cudagraphs:
+        from flag_extras import CudaGraphStep
+
         update_critic, update_actor = CudaGraphStep(update_critic), CudaGraphStep(update_actor)
 
     start_step, num_critic_updates, previous_wall_time = 0, 0, 0.0
@@ -1157,38 +884,23 @@ def main(args: Args) -> None:
     eval_returns: list[float] = []
     obs, _ = env.reset(seed=args.seed)
     if checkpoint is not None:
-        try:
-            actor.load_state_dict(checkpoint["actor"])
-            critic.load_state_dict(checkpoint["critic"])
-            target_actor.load_state_dict(checkpoint["target_actor"])
-            target_critic.load_state_dict(checkpoint["target_critic"])
-            actor_optimizer.load_state_dict(checkpoint["actor_optimizer"])
-            critic_optimizer.load_state_dict(checkpoint["critic_optimizer"])
-            world_model.load_state_dict(checkpoint["world_model"])
-            wm_optimizer.load_state_dict(checkpoint["wm_optimizer"])
-            rb.load_state_dict(checkpoint["replay_buffer"])
-        except (RuntimeError, KeyError, ValueError) as error:  # e.g. a checkpoint of an older version of this script
-            fail(f"cannot resume from {args.resume!r}: {' '.join(str(error).split())}")
-        start_step, num_critic_updates = checkpoint["global_step"], checkpoint["num_critic_updates"]
-        eval_steps, eval_returns = checkpoint["eval_steps"], checkpoint["eval_returns"]
-        previous_wall_time = checkpoint["wall_time_s"]
-        torch.set_rng_state(checkpoint["torch_rng"])
-        if device.type == "cuda" and checkpoint["cuda_rng"] is not None:
-            torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
-        env.unwrapped.np_random.bit_generator.state = checkpoint["env_rng"]
+        from flag_extras import restore
+
+        start_step, num_critic_updates, eval_steps, eval_returns, previous_wall_time = restore(
+            checkpoint, stateful, env, device
+        )
         obs, _ = env.reset()
-        print(f"resuming {run_dir} at step {start_step}", file=sys.stderr)
 
     def training_state(next_step: int) -> dict:
         """Everything a resumed run needs: tensors and plain Python values only (loads with weights_only=True)."""
         return {
-            "script": os.path.basename(__file__), "args": asdict(args), "global_step": next_step,
+            "script": os.path.basename(__file__),
+            "args": asdict(args),
+            "global_step": next_step,
             "num_critic_updates": num_critic_updates,
-            "actor": actor.state_dict(), "critic": critic.state_dict(),
-            "target_actor": target_actor.state_dict(), "target_critic": target_critic.state_dict(),
-            "actor_optimizer": actor_optimizer.state_dict(), "critic_optimizer": critic_optimizer.state_dict(),
-            "world_model": world_model.state_dict(), "wm_optimizer": wm_optimizer.state_dict(),
-            "replay_buffer": rb.state_dict(), "eval_steps": eval_steps, "eval_returns": eval_returns,
+            **{name: state.state_dict() for name, state in stateful.items()},
+            "eval_steps": eval_steps,
+            "eval_returns": eval_returns,
             "wall_time_s": previous_wall_time + time.time() - start_time,
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
@@ -1206,8 +918,14 @@ def main(args: Args) -> None:
     monitor_contraction = args.contraction_frequency > 0
     last_checkpoint_step, sps = start_step, 0
     start_time = learning_start_time = time.time()
-    progress = tqdm(range(start_step, args.total_timesteps), initial=start_step, total=args.total_timesteps,
-                    desc=args.exp_name, mininterval=1.0, dynamic_ncols=True)
+    progress = tqdm(
+        range(start_step, args.total_timesteps),
+        initial=start_step,
+        total=args.total_timesteps,
+        desc=args.exp_name,
+        mininterval=1.0,
+        dynamic_ncols=True,
+    )
     global_step = start_step
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     try:
@@ -1259,34 +977,25 @@ def main(args: Args) -> None:
                     bad = ", ".join(f"{name}={value.item()}" for name, value in losses.items())
                     nonfinite_path = os.path.join(run_dir, "nonfinite_checkpoint.pt")
                     save_checkpoint(nonfinite_path, training_state(global_step + 1))
-                    fail(f"non-finite loss at step {global_step} (checked every 100 steps; {bad}); state saved to {nonfinite_path}")
+                    fail(
+                        f"non-finite loss at step {global_step} (checked every 100 steps; {bad}); state saved to {nonfinite_path}"
+                    )
 
                 if global_step % 100 == 0:
-                    writer.add_scalar("losses/qf1_values", batch["predictions"][0, ..., 0].mean().item(), global_step)
-                    writer.add_scalar("losses/qf2_values", batch["predictions"][1, ..., 0].mean().item(), global_step)
-                    writer.add_scalar("losses/qf1_action_grad_norm", batch["predictions"][0, ..., 1:act_dim + 1].norm(dim=-1).mean(), global_step)
-                    writer.add_scalar("losses/target_action_grad_norm", batch["targets"][..., 1:act_dim + 1].norm(dim=-1).mean(), global_step)
-                    with torch.no_grad():  # how much the search raised the projected MMD^2 over its starting direction
-                        initial, final = (mmd2(batch["predictions"] @ t, batch["targets"] @ t, args.kernel_bandwidth,
-                                               args.mmd_estimator)
-                                          for t in (F.normalize(batch["initial_theta"], dim=-1)[..., None], batch["theta"][..., None]))
-                    writer.add_scalar("losses/slice_gain", (final.mean() / initial.mean()).item(), global_step)
-                    for name, value in losses.items():
-                        writer.add_scalar(f"losses/{name}", value.item(), global_step)
+                    log_update(writer, args, batch, losses, global_step)
             if global_step % 100 == 0:
                 sps = int((global_step + 1 - start_step) / (time.time() - start_time))
                 writer.add_scalar("charts/SPS", sps, global_step)
                 progress.set_postfix(SPS=sps, eval=eval_returns[-1] if eval_returns else None, refresh=False)
             if global_step == args.learning_starts:
                 learning_start_time = time.time()
-            elif global_step == args.learning_starts + 5 and device.type == "cpu":  # first contact: what a CPU costs
-                seconds, steps_left = (time.time() - learning_start_time) / 5, args.total_timesteps - global_step
-                if seconds * steps_left > 3600:
-                    progress.write(f"note: {seconds:.2f} s per step measured on this CPU, {seconds * steps_left / 3600:.0f} h "
-                                   f"for the {steps_left} steps left; the defaults are the paper's GPU sizes. A CPU-sized run "
-                                   f"(README): python {os.path.basename(__file__)} --env-id PointMass-v0 --total-timesteps "
-                                   "15000 --learning-starts 1000 --hidden-dim 64 --wm-hidden-dim 64 --batch-size 64 "
-                                   "--updates-per-step 1 --learning-rate 1e-3 --wm-learning-rate 1e-3 --eval-frequency 1000")
+            elif global_step == args.learning_starts + 5 and device.type == "cpu":  # what the run will cost on this CPU
+                with suppress(ImportError):  # advice only: a script copied alone runs without it
+                    from flag_extras import cpu_cost_note
+
+                    cpu_cost_note(
+                        progress, (time.time() - learning_start_time) / 5, args.total_timesteps - global_step, __file__
+                    )
 
             if monitor_contraction and global_step >= args.learning_starts and global_step % args.contraction_frequency == 0:
                 with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # training draws stay the same
@@ -1303,8 +1012,9 @@ def main(args: Args) -> None:
                 eval_returns.append(eval_return)
                 writer.add_scalar("eval/episodic_return", eval_return, global_step + 1)
                 if args.capture_video and wandb is not None:
-                    videos = glob.glob(os.path.join(run_dir, "videos", f"eval-step-{global_step + 1}-*.mp4"))
-                    wandb.log({"videos/eval": wandb.Video(videos[0], format="mp4")})
+                    from flag_extras import log_eval_video
+
+                    log_eval_video(wandb, run_dir, global_step + 1)
                 progress.set_postfix(SPS=sps, eval=eval_return, refresh=False)
 
             if terminated or truncated:
@@ -1321,8 +1031,15 @@ def main(args: Args) -> None:
 
     save_checkpoint(checkpoint_path, training_state(args.total_timesteps))
     if args.save_model:
-        torch.save({"script": os.path.basename(__file__), "actor": actor.state_dict(), "critic": critic.state_dict(),
-                    "args": asdict(args)}, os.path.join(run_dir, "model.pt"))
+        torch.save(
+            {
+                "script": os.path.basename(__file__),
+                "actor": actor.state_dict(),
+                "critic": critic.state_dict(),
+                "args": asdict(args),
+            },
+            os.path.join(run_dir, "model.pt"),
+        )
     summary = {
         "final_eval_return": eval_returns[-1],
         "eval_steps": eval_steps,

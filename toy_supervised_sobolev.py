@@ -72,11 +72,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from matplotlib.ticker import NullLocator
 import numpy as np
 import torch
 import torch.nn as nn
 import tyro
+from matplotlib.ticker import NullLocator
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -242,9 +242,7 @@ def squared_distances(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (x[..., :, None, :] - y[..., None, :, :]).pow(2).sum(-1)
 
 
-def rbf_mixture_kernel(
-    x: torch.Tensor, y: torch.Tensor, bandwidths: tuple[float, ...] = RBF_BANDWIDTHS
-) -> torch.Tensor:
+def rbf_mixture_kernel(x: torch.Tensor, y: torch.Tensor, bandwidths: tuple[float, ...] = RBF_BANDWIDTHS) -> torch.Tensor:
     """sum_i exp(-|x - y|^2 / (2 sigma_i^2)): x (..., n, d), y (..., m, d) -> (..., n, m)."""
     sigmas = torch.tensor(bandwidths, dtype=x.dtype, device=x.device)
     d2 = squared_distances(x, y)[..., None]  # (..., n, m, 1)
@@ -256,9 +254,7 @@ def rational_quadratic_kernel(x: torch.Tensor, y: torch.Tensor, alpha: float = R
     return (1 + squared_distances(x, y) / (2 * alpha)).pow(-alpha)
 
 
-def mmd2(
-    x: torch.Tensor, y: torch.Tensor, kernel: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-) -> torch.Tensor:
+def mmd2(x: torch.Tensor, y: torch.Tensor, kernel: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """Biased MMD^2 estimate between sample sets x (..., n, d) and y (..., m, d) -> (...)."""
     k_xx = kernel(x, x).mean((-2, -1))
     k_yy = kernel(y, y).mean((-2, -1))
@@ -283,9 +279,7 @@ def uses_gradient(variant: str) -> bool:
     return variant.endswith("_sobolev")
 
 
-def training_loss(
-    model: MLP, variant: str, x: torch.Tensor, targets: torch.Tensor, args: Args
-) -> torch.Tensor:
+def training_loss(model: MLP, variant: str, x: torch.Tensor, targets: torch.Tensor, args: Args) -> torch.Tensor:
     """Loss of one step on pairs x (B,), targets (B, K, 2)."""
     order = int(uses_gradient(variant))
     targets = targets[..., : 1 + order]  # (B, K, 1 + order)
@@ -344,9 +338,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def train_job(
-    args: Args, num_points: Optional[int], variant: str, out_dir: str, progress: Callable[[int], None]
-) -> dict:
+def train_job(args: Args, num_points: Optional[int], variant: str, out_dir: str, progress: Callable[[int], None]) -> dict:
     """Train one model and return its evaluation history, final metrics and final samples on the grid."""
     torch.set_num_threads(args.torch_threads)
     device = select_device(args.cuda)
@@ -527,8 +519,20 @@ def plot_dataset_size(path: Path, summary: dict, args: Args) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 def check_args(args: Args) -> Optional[str]:
     """The first problem with the arguments, or None."""
-    positive = ("num_steps", "batch_size", "targets_per_x", "model_samples", "noise_dim", "hidden_dim",
-                "learning_rate", "eval_frequency", "eval_points", "eval_samples", "num_workers", "torch_threads")
+    positive = (
+        "num_steps",
+        "batch_size",
+        "targets_per_x",
+        "model_samples",
+        "noise_dim",
+        "hidden_dim",
+        "learning_rate",
+        "eval_frequency",
+        "eval_points",
+        "eval_samples",
+        "num_workers",
+        "torch_threads",
+    )
     for name in positive:
         if getattr(args, name) <= 0:
             return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"

@@ -53,7 +53,8 @@ def load(checkout: str, name: str):
 def main(args: Args) -> None:
     settings = timing.Args(env_id=args.env_id, learning_starts=args.learning_starts)
     versions = {"before": load(os.path.abspath(args.before), args.script), "after": load(timing.ROOT, args.script)}
-    print(f"{torch.get_num_threads()} threads, dense fp32 matmul {timing.matmul_flops_per_second() / 1e9:.0f} GFLOP/s")
+    peak = timing.matmul_flops_per_second(settings.device)
+    print(f"{torch.get_num_threads()} threads, dense fp32 matmul {peak / 1e9:.0f} GFLOP/s")
     results: dict[str, list[float]] = {name: [] for name in versions}
     for round_ in range(args.rounds):
         for name, module in versions.items():

@@ -128,16 +128,21 @@ def load_runs(runs_dir: str, split_by: list[str] = ()) -> list[dict]:
             with open(path) as f:
                 summary = json.load(f)
             args = summary["args"]
-            runs.append({
-                "script": args["exp_name"] + "".join(f"[{name}={args.get(name)}]" for name in split_by),
-                "env": args["env_id"], "noise": noise_label(args), "seed": args["seed"],
-                "final_eval_return": float(summary["final_eval_return"]),
-                "nauc": float(summary["nauc"]) if "nauc" in summary else nauc(summary["eval_returns"]),
-                "wall_time_s": float(summary.get("wall_time_s", float("nan"))),
-                "eval_steps": [int(s) for s in summary["eval_steps"]],
-                "eval_returns": [float(r) for r in summary["eval_returns"]],
-                "run_dir": root, "args": args,
-            })
+            runs.append(
+                {
+                    "script": args["exp_name"] + "".join(f"[{name}={args.get(name)}]" for name in split_by),
+                    "env": args["env_id"],
+                    "noise": noise_label(args),
+                    "seed": args["seed"],
+                    "final_eval_return": float(summary["final_eval_return"]),
+                    "nauc": float(summary["nauc"]) if "nauc" in summary else nauc(summary["eval_returns"]),
+                    "wall_time_s": float(summary.get("wall_time_s", float("nan"))),
+                    "eval_steps": [int(s) for s in summary["eval_steps"]],
+                    "eval_returns": [float(r) for r in summary["eval_returns"]],
+                    "run_dir": root,
+                    "args": args,
+                }
+            )
         except (OSError, ValueError, KeyError, TypeError) as error:
             reason = f"no key {error}" if isinstance(error, KeyError) else f"{type(error).__name__}: {error}"
             fail(f"{path} is not a run summary ({reason})")
@@ -180,14 +185,15 @@ def statistics(scores: np.ndarray) -> np.ndarray:
     return np.array([np.median(scores), metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
 
 
-def interval_estimates(values: list[float], n_boot: int, seed: int, confidence: float = 0.95
-                       ) -> dict[str, tuple[float, float, float]]:
+def interval_estimates(
+    values: list[float], n_boot: int, seed: int, confidence: float = 0.95
+) -> dict[str, tuple[float, float, float]]:
     """{statistic: (estimate, lo, hi)} for the median, IQM and mean of one group's values, with rliable's
     stratified-bootstrap percentile CIs; numpy's global RNG is seeded first (rliable resamples with it)."""
     np.random.seed(seed)
     points, intervals = library.get_interval_estimates(
-        {"runs": np.asarray(values, dtype=float).reshape(-1, 1)}, statistics, reps=n_boot,
-        confidence_interval_size=confidence)
+        {"runs": np.asarray(values, dtype=float).reshape(-1, 1)}, statistics, reps=n_boot, confidence_interval_size=confidence
+    )
     (lo, hi), estimates = intervals["runs"], points["runs"]
     return {name: (float(estimates[i]), float(lo[i]), float(hi[i])) for i, name in enumerate(STATISTICS)}
 
@@ -218,7 +224,8 @@ def align_curves(members: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     common = sorted(set.intersection(*(set(run["eval_steps"]) for run in members)))
     curves = [dict(zip(run["eval_steps"], run["eval_returns"])) for run in members]
     return np.array(common, dtype=int), np.array([[curve[s] for s in common] for curve in curves]).reshape(
-        len(members), len(common))
+        len(members), len(common)
+    )
 
 
 def write_csv(path: str, rows: list[dict], columns: list[str]) -> None:
@@ -242,14 +249,20 @@ def write_markdown(path: str, rows: list[dict], n_boot: int, seed: int) -> None:
         return f"{estimate:.2f} [{lo:.2f}, {hi:.2f}]"
 
     headers = [f"{label} {name}" for label in METRICS.values() for name in STATISTICS.values()]
-    lines = [f"Median, IQM (interquartile mean) and mean over seeds [95% CI: rliable's stratified bootstrap, "
-             f"percentile method, {n_boot} resamples, seed {seed}].", "",
-             "| env | noise | script | seeds | " + " | ".join(headers) + " | wall time |",
-             "|---|---|---|---|" + "---|" * len(headers) + "---|"]
+    lines = [
+        f"Median, IQM (interquartile mean) and mean over seeds [95% CI: rliable's stratified bootstrap, "
+        f"percentile method, {n_boot} resamples, seed {seed}].",
+        "",
+        "| env | noise | script | seeds | " + " | ".join(headers) + " | wall time |",
+        "|---|---|---|---|" + "---|" * len(headers) + "---|",
+    ]
     for row in rows:
         cells = [cell(row, metric, statistic) for metric in METRICS for statistic in STATISTICS]
-        lines.append(f"| {row['env']} | {row['noise']} | {row['script']} | {row['n_seeds']} | " + " | ".join(cells)
-                     + f" | {duration(row['wall_time_s_median'])} |")
+        lines.append(
+            f"| {row['env']} | {row['noise']} | {row['script']} | {row['n_seeds']} | "
+            + " | ".join(cells)
+            + f" | {duration(row['wall_time_s_median'])} |"
+        )
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -263,8 +276,9 @@ def panels(groups: dict) -> tuple[list[str], list[str], list[str]]:
 
 
 def figure(envs: list[str], noises: list[str]):
-    fig, axes = plt.subplots(len(envs), len(noises), figsize=(1 + 3.6 * len(noises), 1.2 + 2.8 * len(envs)),
-                             squeeze=False, constrained_layout=True)
+    fig, axes = plt.subplots(
+        len(envs), len(noises), figsize=(1 + 3.6 * len(noises), 1.2 + 2.8 * len(envs)), squeeze=False, constrained_layout=True
+    )
     for i, env in enumerate(envs):
         for j, noise in enumerate(noises):
             axes[i, j].set_title(f"{env}, noise {noise}", fontsize=9)
@@ -312,8 +326,13 @@ def plot_curves(path: str, groups: dict) -> None:
             warn(f"{script}/{env}/{noise}: the seeds share no eval step; no curve")
             continue
         q25, median, q75 = np.percentile(returns, [25, 50, 75], axis=0)
-        ax.plot(steps, median, color=colour(scripts, script), label=f"{script} ({len(members)})",
-                marker="." if len(steps) <= 12 else None)
+        ax.plot(
+            steps,
+            median,
+            color=colour(scripts, script),
+            label=f"{script} ({len(members)})",
+            marker="." if len(steps) <= 12 else None,
+        )
         ax.fill_between(steps, q25, q75, color=colour(scripts, script), alpha=0.2)
     for ax in axes.flat:
         ax.set_xlabel("env steps", fontsize=8)
@@ -339,19 +358,33 @@ def plot_performance_profiles(path: str, groups: dict, n_boot: int, seed: int) -
     fig, axes = figure(envs, noises)
     for i, env in enumerate(envs):
         for j, noise in enumerate(noises):
-            scores = {script: np.array([[run["final_eval_return"]] for run in groups[(script, env, noise)]])
-                      for script in scripts if (script, env, noise) in groups}
+            scores = {
+                script: np.array([[run["final_eval_return"]] for run in groups[(script, env, noise)]])
+                for script in scripts
+                if (script, env, noise) in groups
+            }
             if not scores:
                 continue
             values = np.concatenate(list(scores.values()))
             taus = np.linspace(values.min(), values.max(), 101)
             np.random.seed(seed)
-            profiles, cis = library.create_performance_profile(scores, taus, custom_profile_func=score_distribution,
-                                                               reps=n_boot)
+            profiles, cis = library.create_performance_profile(
+                scores, taus, custom_profile_func=score_distribution, reps=n_boot
+            )
             plot_utils.plot_performance_profiles(
-                profiles, taus, performance_profile_cis=cis, ax=axes[i, j], alpha=0.08,
-                colors={script: colour(scripts, script) for script in scores}, xlabel="final eval return tau",
-                ylabel="fraction of runs > tau", labelsize=8, ticklabelsize=7, legend=True, legendsize=6)
+                profiles,
+                taus,
+                performance_profile_cis=cis,
+                ax=axes[i, j],
+                alpha=0.08,
+                colors={script: colour(scripts, script) for script in scores},
+                xlabel="final eval return tau",
+                ylabel="fraction of runs > tau",
+                labelsize=8,
+                ticklabelsize=7,
+                legend=True,
+                legendsize=6,
+            )
     fig.suptitle("Performance profiles of the final eval return,\n95% stratified-bootstrap CI (rliable)", fontsize=10)
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -370,16 +403,21 @@ def main(args: Args) -> None:
     groups = group_runs(runs)
     rows = summarise(groups, args.bootstrap_samples, args.seed)
     ordered_runs = [run for members in groups.values() for run in members]
-    write_csv(os.path.join(out, "runs.csv"), ordered_runs,
-              ["script", "env", "noise", "seed", "final_eval_return", "nauc", "wall_time_s", "run_dir"])
+    write_csv(
+        os.path.join(out, "runs.csv"),
+        ordered_runs,
+        ["script", "env", "noise", "seed", "final_eval_return", "nauc", "wall_time_s", "run_dir"],
+    )
     write_csv(os.path.join(out, "table.csv"), rows, list(rows[0]))
     write_markdown(os.path.join(out, "table.md"), rows, args.bootstrap_samples, args.seed)
     plot_bars(os.path.join(out, "final_return.png"), groups, rows, "final_eval_return", "final eval return")
     plot_bars(os.path.join(out, "nauc.png"), groups, rows, "nauc", "nAUC")
     plot_curves(os.path.join(out, "curves.png"), groups)
     plot_performance_profiles(os.path.join(out, "performance_profile.png"), groups, args.bootstrap_samples, args.seed)
-    print(f"{len(runs)} runs in {len(groups)} groups; wrote runs.csv, table.csv, table.md, final_return.png, nauc.png, "
-          f"curves.png, performance_profile.png to {out}")
+    print(
+        f"{len(runs)} runs in {len(groups)} groups; wrote runs.csv, table.csv, table.md, final_return.png, nauc.png, "
+        f"curves.png, performance_profile.png to {out}"
+    )
     with open(os.path.join(out, "table.md")) as f:
         print(f.read(), end="")
 

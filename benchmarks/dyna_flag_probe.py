@@ -89,7 +89,9 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for exp_name in SCRIPTS:
-        for path in sorted(glob.glob(os.path.join(cli.grid_dir, exp_name, "PointMass*", "default", "seed*", "runs", "*", "checkpoint.pt"))):
+        for path in sorted(
+            glob.glob(os.path.join(cli.grid_dir, exp_name, "PointMass*", "default", "seed*", "runs", "*", "checkpoint.pt"))
+        ):
             if not os.path.exists(os.path.join(os.path.dirname(path), "summary.json")):
                 continue  # an unfinished run
             parts = os.path.relpath(path, cli.grid_dir).split(os.sep)

@@ -37,7 +37,7 @@ class OracleFlags:
     def sample(self, obs: torch.Tensor, actions: torch.Tensor, n: int, *rest, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         next_obs, rewards = self.world_model.sample(obs, actions, n, *rest, **kwargs)  # (B, n, S), (B, n)
         real_flags = self.next_obs[:, None, FLAGS].expand(-1, n, -1)  # (B, n, M)
-        return torch.cat([next_obs[..., :FLAGS.start], real_flags], -1), rewards
+        return torch.cat([next_obs[..., : FLAGS.start], real_flags], -1), rewards
 
 
 def oracle_flag_td_targets(data: td3_huber.ReplayBatch, world_model, *args, **kwargs) -> torch.Tensor:

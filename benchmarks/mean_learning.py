@@ -67,8 +67,21 @@ sys.path.insert(0, ROOT)
 from dsdpg_msmmd_sobolev import Critic, max_sliced_mmd2, mmd2, sobolev_samples, truncate_top  # noqa: E402
 
 ALL_VARIANTS = (
-    "joint", "msmmd_adam", "msmmd_ascent", "return_only", "huber_mean", "mse_mean", "joint_gscale0.1", "joint_gscale10",
-    "joint_h10", "joint_h1", "joint_unbiased", "joint_n32", "joint_lr1e-4", "huber_mean_lr1e-4", "joint_plusmse",
+    "joint",
+    "msmmd_adam",
+    "msmmd_ascent",
+    "return_only",
+    "huber_mean",
+    "mse_mean",
+    "joint_gscale0.1",
+    "joint_gscale10",
+    "joint_h10",
+    "joint_h1",
+    "joint_unbiased",
+    "joint_n32",
+    "joint_lr1e-4",
+    "huber_mean_lr1e-4",
+    "joint_plusmse",
 )
 
 
@@ -187,8 +200,15 @@ class Problem:
 
 def parse_variant(name: str, args: Args) -> dict:
     """A variant's loss settings: kind, h, estimator, gradient scale, N, learning rate."""
-    spec = {"kind": name, "h": args.kernel_bandwidth, "estimator": "biased", "gscale": 1.0, "rscale": 1.0,
-            "n": args.num_samples, "lr": args.learning_rate}
+    spec = {
+        "kind": name,
+        "h": args.kernel_bandwidth,
+        "estimator": "biased",
+        "gscale": 1.0,
+        "rscale": 1.0,
+        "n": args.num_samples,
+        "lr": args.learning_rate,
+    }
     if "_lr" in name:
         name, lr = name.rsplit("_lr", 1)
         spec["lr"], spec["kind"] = float(lr), name
@@ -196,17 +216,17 @@ def parse_variant(name: str, args: Args) -> dict:
         pass
     elif name.startswith("joint"):
         spec["kind"] = "joint"
-        rest = name[len("joint"):]
+        rest = name[len("joint") :]
         if rest == "_unbiased":
             spec["estimator"] = "unbiased"
         elif rest.startswith("_gscale"):
-            spec["gscale"] = float(rest[len("_gscale"):])
+            spec["gscale"] = float(rest[len("_gscale") :])
         elif rest.startswith("_rscale"):
-            spec["rscale"] = float(rest[len("_rscale"):])
+            spec["rscale"] = float(rest[len("_rscale") :])
         elif rest.startswith("_h"):
-            spec["h"] = float(rest[len("_h"):])
+            spec["h"] = float(rest[len("_h") :])
         elif rest.startswith("_n"):
-            spec["n"] = int(rest[len("_n"):])
+            spec["n"] = int(rest[len("_n") :])
         elif rest:
             raise ValueError(f"unknown variant {name!r}")
     elif name not in ("msmmd_adam", "msmmd_ascent", "return_only", "huber_mean", "mse_mean"):
@@ -225,8 +245,9 @@ def loss_fn(spec: dict, args: Args, predictions: torch.Tensor, targets: torch.Te
         return loss
     if kind in ("msmmd_adam", "msmmd_ascent"):
         initial_theta = torch.randn(predictions.shape[0], predictions.shape[1], targets.shape[-1])
-        loss, _ = max_sliced_mmd2(predictions, targets, h, args.slice_steps, args.slice_lr, spec["estimator"],
-                                  initial_theta, kind.split("_")[1])
+        loss, _ = max_sliced_mmd2(
+            predictions, targets, h, args.slice_steps, args.slice_lr, spec["estimator"], initial_theta, kind.split("_")[1]
+        )
         return loss.mean(1).sum()
     if kind == "return_only":
         return mmd2(predictions[..., :1], targets[..., :1], h, spec["estimator"]).mean(1).sum()
@@ -249,10 +270,15 @@ def evaluate(critic: Critic, problem: Problem, args: Args) -> dict:
         mean = points.mean(1)  # (B, 1+A)
         error = mean[:, 0] - problem.mean_return(obs, act)
         grad_error = (mean[:, 1:] - problem.mean_grad(obs, act)).norm(dim=-1)
-        metrics.update({f"{prefix}mean_error": error.abs().mean().item(), f"{prefix}bias": error.mean().item(),
-                        f"{prefix}grad_error": grad_error.mean().item(),
-                        f"{prefix}median": points[..., 0].median(1).values.mean().item(),
-                        f"{prefix}spread": points[..., 0].std(1).mean().item()})
+        metrics.update(
+            {
+                f"{prefix}mean_error": error.abs().mean().item(),
+                f"{prefix}bias": error.mean().item(),
+                f"{prefix}grad_error": grad_error.mean().item(),
+                f"{prefix}median": points[..., 0].median(1).values.mean().item(),
+                f"{prefix}spread": points[..., 0].std(1).mean().item(),
+            }
+        )
     return metrics
 
 
@@ -306,8 +332,11 @@ def plot(results: list[dict], args: Args, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = {"mean_error": "mean |E_xi Z - E[y | s, a]|", "region_mean_error": "the same in the bonus region",
-               "grad_error": "mean |E_xi dZ/da - E[g | s, a]|"}
+    metrics = {
+        "mean_error": "mean |E_xi Z - E[y | s, a]|",
+        "region_mean_error": "the same in the bonus region",
+        "grad_error": "mean |E_xi dZ/da - E[g | s, a]|",
+    }
     metrics = {m: label for m, label in metrics.items() if m in results[0]["curve"]}
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.5))
     cmap = plt.get_cmap("tab10")
@@ -324,9 +353,12 @@ def plot(results: list[dict], args: Args, path: str) -> None:
         ax.grid(alpha=0.3, which="both")
     axes[0].legend(fontsize=7, ncol=2)
     region = f", bonus region {args.bonus_region:g}" if args.problem == "bonus" and args.bonus_region < 1 else ""
-    fig.suptitle(f"Supervised Sobolev targets, problem `{args.problem}`{region} "
-                 f"(B {args.batch_size}, N {args.num_samples}, "
-                 f"hidden {args.hidden_dim}, RAdam; held-out, mean of {len(args.seeds)} seeds)", fontsize=10)
+    fig.suptitle(
+        f"Supervised Sobolev targets, problem `{args.problem}`{region} "
+        f"(B {args.batch_size}, N {args.num_samples}, "
+        f"hidden {args.hidden_dim}, RAdam; held-out, mean of {len(args.seeds)} seeds)",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 
@@ -337,22 +369,26 @@ def main(args: Args) -> None:
         parse_variant(variant, args)  # fail early on a typo
     problem = Problem(args)
     mean_norm = (problem.grad(problem.eval_obs, problem.eval_act)).norm(dim=-1).mean().item()
-    print(f"problem {args.problem}: sigma_g = {problem.grad_noise:.3f}, mean |d mu/da| = {mean_norm:.3f}, "
-          f"truncation shift {problem.truncation_shift:+.4f}", flush=True)
+    print(
+        f"problem {args.problem}: sigma_g = {problem.grad_noise:.3f}, mean |d mu/da| = {mean_norm:.3f}, "
+        f"truncation shift {problem.truncation_shift:+.4f}",
+        flush=True,
+    )
     os.makedirs(args.out, exist_ok=True)
     results, start = [], time.time()
     for variant in args.variants:
         for seed in args.seeds:
             result = train(variant, seed, problem, args)
             results.append(result)
-            line = (f"{variant:18s} seed {seed}: to {args.threshold:.0%}: "
-                    f"error {result['mean_error_updates_to_threshold']}, "
-                    f"|bias| {result['bias_updates_to_threshold']}")
+            line = (
+                f"{variant:18s} seed {seed}: to {args.threshold:.0%}: "
+                f"error {result['mean_error_updates_to_threshold']}, "
+                f"|bias| {result['bias_updates_to_threshold']}"
+            )
             if "region_mean_error" in result["curve"]:
                 line += f", region {result['region_mean_error_updates_to_threshold']}"
             line += "; final"
-            for metric in ("mean_error", "bias", "grad_error", "spread", "region_mean_error", "region_bias",
-                           "region_spread"):
+            for metric in ("mean_error", "bias", "grad_error", "spread", "region_mean_error", "region_bias", "region_spread"):
                 if f"final_{metric}" in result:
                     line += f" {metric} {result[f'final_{metric}']:+.3f}"
             line += f"; return share {result['mean_return_share']:.2f}, {result['train_time_s']:.0f} s"
@@ -360,15 +396,29 @@ def main(args: Args) -> None:
     summary = {}
     for variant in args.variants:
         runs = [r for r in results if r["variant"] == variant]
-        summary[variant] = {name: [r[name] for r in runs] for name in runs[0]
-                            if name.endswith("updates_to_threshold")}
-        summary[variant] |= {name: sum(r[name] for r in runs) / len(runs) for name in runs[0]
-                             if name.startswith(("initial_", "final_", "mean_return_share", "train_time_s"))}
+        summary[variant] = {name: [r[name] for r in runs] for name in runs[0] if name.endswith("updates_to_threshold")}
+        summary[variant] |= {
+            name: sum(r[name] for r in runs) / len(runs)
+            for name in runs[0]
+            if name.startswith(("initial_", "final_", "mean_return_share", "train_time_s"))
+        }
     name = args.problem + (f"_region{args.bonus_region:g}" if args.problem == "bonus" and args.bonus_region < 1 else "")
     with open(os.path.join(args.out, f"{name}.json"), "w") as f:
-        json.dump({"args": vars(args), "problem": {"grad_noise": problem.grad_noise, "mean_grad_norm": mean_norm,
-                                                   "truncation_shift": problem.truncation_shift},
-                   "summary": summary, "runs": results, "wall_time_s": time.time() - start}, f, indent=1)
+        json.dump(
+            {
+                "args": vars(args),
+                "problem": {
+                    "grad_noise": problem.grad_noise,
+                    "mean_grad_norm": mean_norm,
+                    "truncation_shift": problem.truncation_shift,
+                },
+                "summary": summary,
+                "runs": results,
+                "wall_time_s": time.time() - start,
+            },
+            f,
+            indent=1,
+        )
     plot(results, args, os.path.join(args.out, f"{name}.png"))
     print(f"written to {args.out} in {time.time() - start:.0f} s")
 

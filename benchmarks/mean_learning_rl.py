@@ -42,8 +42,9 @@ def patch_gradient_scale(factor: float) -> None:
     def critic_loss(predictions, targets, h, estimator, slice_steps, slice_lr, slice_optimizer, initial_theta):
         scale = predictions.new_full((predictions.shape[-1],), factor)
         scale[0] = 1.0
-        return original(predictions * scale, targets * scale, h, estimator, slice_steps, slice_lr, slice_optimizer,
-                        initial_theta)
+        return original(
+            predictions * scale, targets * scale, h, estimator, slice_steps, slice_lr, slice_optimizer, initial_theta
+        )
 
     script.critic_loss = critic_loss
 
@@ -72,16 +73,25 @@ def patch_diagnose() -> None:
         if state["calls"] % 100 == 0:
             z, y = predictions[0, ..., 0].detach(), targets[..., 0]  # (B, N), (B, K)
             bonus = (y >= 9.99).all(-1)
-            log.write(json.dumps({
-                "update": state["calls"], "pred_mean": z.mean().item(), "target_mean": y.mean().item(),
-                "target_mean_before_truncation": state["before"], "pred_spread": z.std(-1).mean().item(),
-                "target_spread": y.std(-1).mean().item(), "bonus_rows": int(bonus.sum()),
-                "bonus_pred_mean": z[bonus].mean().item() if bonus.any() else None,
-                "bonus_pred_spread": z[bonus].std(-1).mean().item() if bonus.any() else None,
-                "pred_grad_norm": predictions[0, ..., 1:].detach().norm(dim=-1).mean().item(),
-                "target_grad_norm": targets[..., 1:].norm(dim=-1).mean().item(),
-                "bonus_target_grad_norm": targets[bonus][..., 1:].norm(dim=-1).mean().item() if bonus.any() else None,
-            }) + "\n")
+            log.write(
+                json.dumps(
+                    {
+                        "update": state["calls"],
+                        "pred_mean": z.mean().item(),
+                        "target_mean": y.mean().item(),
+                        "target_mean_before_truncation": state["before"],
+                        "pred_spread": z.std(-1).mean().item(),
+                        "target_spread": y.std(-1).mean().item(),
+                        "bonus_rows": int(bonus.sum()),
+                        "bonus_pred_mean": z[bonus].mean().item() if bonus.any() else None,
+                        "bonus_pred_spread": z[bonus].std(-1).mean().item() if bonus.any() else None,
+                        "pred_grad_norm": predictions[0, ..., 1:].detach().norm(dim=-1).mean().item(),
+                        "target_grad_norm": targets[..., 1:].norm(dim=-1).mean().item(),
+                        "bonus_target_grad_norm": targets[bonus][..., 1:].norm(dim=-1).mean().item() if bonus.any() else None,
+                    }
+                )
+                + "\n"
+            )
             log.flush()
         state["calls"] += 1
         return original_loss(predictions, targets, *rest)
@@ -97,10 +107,18 @@ def patch_diagnose_td3() -> None:
     def critic_loss(predictions, targets):  # (E, B), (B,)
         if state["calls"] % 100 == 0:
             q, bonus = predictions[0].detach(), targets >= 9.99
-            log.write(json.dumps({
-                "update": state["calls"], "pred_mean": q.mean().item(), "target_mean": targets.mean().item(),
-                "bonus_rows": int(bonus.sum()), "bonus_pred_mean": q[bonus].mean().item() if bonus.any() else None,
-            }) + "\n")
+            log.write(
+                json.dumps(
+                    {
+                        "update": state["calls"],
+                        "pred_mean": q.mean().item(),
+                        "target_mean": targets.mean().item(),
+                        "bonus_rows": int(bonus.sum()),
+                        "bonus_pred_mean": q[bonus].mean().item() if bonus.any() else None,
+                    }
+                )
+                + "\n"
+            )
             log.flush()
         state["calls"] += 1
         return original_loss(predictions, targets)
@@ -114,7 +132,7 @@ def main() -> None:
         raise SystemExit(__doc__)
     patch, flags = argv[1], argv[3:]
     if patch.startswith("gscale"):
-        patch_gradient_scale(float(patch[len("gscale"):]))
+        patch_gradient_scale(float(patch[len("gscale") :]))
     elif patch == "zero_init":
         patch_zero_init()
     elif patch == "diagnose":

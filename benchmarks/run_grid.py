@@ -185,11 +185,18 @@ def build_jobs(args: Args) -> list[Job]:
     for seed, env_id, flag_slug, script in itertools.product(
         dict.fromkeys(args.seeds), dict.fromkeys(args.env_ids), flag_sets, scripts
     ):
-        command = (sys.executable, os.path.join(ROOT, f"{script}.py"), "--env-id", env_id, "--seed", str(seed),
-                   *common, *flag_sets[flag_slug])
+        command = (
+            sys.executable,
+            os.path.join(ROOT, f"{script}.py"),
+            "--env-id",
+            env_id,
+            "--seed",
+            str(seed),
+            *common,
+            *flag_sets[flag_slug],
+        )
         job_dir = os.path.join(grid_dir, script, env_id, flag_slug, f"seed{seed}")
-        jobs.append(Job(script, env_id, flag_slug, seed, job_dir, command, threads,
-                        os.path.join(grid_dir, "grid_log.jsonl")))
+        jobs.append(Job(script, env_id, flag_slug, seed, job_dir, command, threads, os.path.join(grid_dir, "grid_log.jsonl")))
     return jobs
 
 
@@ -205,8 +212,10 @@ def check_job_dir(job: Job) -> None:
         with open(path) as f:
             saved = json.load(f)
         if saved != job_flags(job):
-            fail(f"{job.job_dir} holds runs of {shlex.join(saved['flags'])!r}, not "
-                 f"{shlex.join(job_flags(job)['flags'])!r}: use another --grid-dir")
+            fail(
+                f"{job.job_dir} holds runs of {shlex.join(saved['flags'])!r}, not "
+                f"{shlex.join(job_flags(job)['flags'])!r}: use another --grid-dir"
+            )
 
 
 def job_state(job_dir: str) -> tuple[Literal["done", "resume", "new"], str | None]:
@@ -221,8 +230,11 @@ def job_state(job_dir: str) -> tuple[Literal["done", "resume", "new"], str | Non
 
 def stderr_tail(text: str) -> str:
     """The last lines of a job's stderr, progress-bar redraws removed."""
-    lines = [line for line in text.replace("\r", "\n").splitlines()
-             if line.strip() and not re.search(r"\d+/\d+ \[[^]]*(it/s|s/it)", line)]
+    lines = [
+        line
+        for line in text.replace("\r", "\n").splitlines()
+        if line.strip() and not re.search(r"\d+/\d+ \[[^]]*(it/s|s/it)", line)
+    ]
     return "\n".join(lines[-STDERR_TAIL_LINES:])
 
 
@@ -285,14 +297,21 @@ class RunJob:
         record["command"] = shlex.join(command)
         env = {**os.environ, "OMP_NUM_THREADS": str(job.threads), "MKL_NUM_THREADS": str(job.threads)}
         start = time.time()
-        with open(os.path.join(job.job_dir, "stdout.txt"), "a") as out, \
-                open(os.path.join(job.job_dir, "stderr.txt"), "a+") as err:
+        with (
+            open(os.path.join(job.job_dir, "stdout.txt"), "a") as out,
+            open(os.path.join(job.job_dir, "stderr.txt"), "a+") as err,
+        ):
             err_start = err.tell()
             try:
                 # Own session: a Ctrl-C at the terminal reaches run_grid only, which forwards one SIGINT per job.
                 # Under submitit the run ignores SIGUSR2, Slurm's time-limit warning, which RunJob.checkpoint handles.
                 self.process = subprocess.Popen(
-                    command, cwd=job.job_dir, env=env, stdout=out, stderr=err, start_new_session=True,
+                    command,
+                    cwd=job.job_dir,
+                    env=env,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
                     preexec_fn=(lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN)) if self.under_submitit else None,
                 )
                 try:
@@ -311,9 +330,13 @@ class RunJob:
         if returncode == 0 and state != "done":
             tail += "\nrun_grid.py: the run exited 0 but wrote no summary.json"
         status = "ok" if returncode == 0 and state == "done" else "interrupted" if self.interrupted else "failed"
-        record.update(status=status, returncode=returncode,
-                      seconds=round(time.time() - start, 2), time=datetime.datetime.now().isoformat(timespec="seconds"),
-                      stderr_tail=tail)
+        record.update(
+            status=status,
+            returncode=returncode,
+            seconds=round(time.time() - start, 2),
+            time=datetime.datetime.now().isoformat(timespec="seconds"),
+            stderr_tail=tail,
+        )
         append_log(job, record)
         return record
 
@@ -343,8 +366,16 @@ class RunJob:
                 time.sleep(0.2)
             else:
                 process.kill()
-            append_log(job, {"job": job.name, "cwd": job.job_dir, "status": "requeued", "returncode": returncode,
-                             "time": datetime.datetime.now().isoformat(timespec="seconds")})
+            append_log(
+                job,
+                {
+                    "job": job.name,
+                    "cwd": job.job_dir,
+                    "status": "requeued",
+                    "returncode": returncode,
+                    "time": datetime.datetime.now().isoformat(timespec="seconds"),
+                },
+            )
         return submitit.helpers.DelayedSubmission(RunJob(self.under_submitit), job)
 
 
@@ -387,16 +418,22 @@ def run_submitit(jobs: list[Job], args: Args) -> tuple[list[dict], bool]:
         except RuntimeError as error:  # no srun on this machine
             fail(f"--backend slurm: {error}")
         executor.update_parameters(
-            job_name="run_grid", time=args.slurm_time_min, cpus_per_task=args.slurm_cpus_per_task,
-            gpus_per_task=args.slurm_gpus_per_task or None, ntasks_per_node=1, nodes=1,
-            array_parallelism=args.slurm_array_parallelism, signal_delay_s=SIGNAL_DELAY_S,
+            job_name="run_grid",
+            time=args.slurm_time_min,
+            cpus_per_task=args.slurm_cpus_per_task,
+            gpus_per_task=args.slurm_gpus_per_task or None,
+            ntasks_per_node=1,
+            nodes=1,
+            array_parallelism=args.slurm_array_parallelism,
+            signal_delay_s=SIGNAL_DELAY_S,
             **({"partition": args.slurm_partition} if args.slurm_partition else {}),
         )
         limit = len(jobs)
     else:
         executor = submitit.LocalExecutor(folder=folder)
-        executor.update_parameters(timeout_min=args.slurm_time_min, gpus_per_node=args.slurm_gpus_per_task,
-                                   signal_delay_s=SIGNAL_DELAY_S)
+        executor.update_parameters(
+            timeout_min=args.slurm_time_min, gpus_per_node=args.slurm_gpus_per_task, signal_delay_s=SIGNAL_DELAY_S
+        )
         limit = args.workers
     pending, running, records = list(jobs), {}, []
     try:
@@ -404,8 +441,7 @@ def run_submitit(jobs: list[Job], args: Args) -> tuple[list[dict], bool]:
             chunk, pending = pending[:MAX_ARRAY_SIZE], pending[MAX_ARRAY_SIZE:]
             array = executor.map_array(RunJob(under_submitit=True), chunk)
             running.update(zip(array, chunk))
-            print(f"submitted Slurm array {array[0].job_id.split('_')[0]} ({len(array)} jobs); logs in {folder}",
-                  flush=True)
+            print(f"submitted Slurm array {array[0].job_id.split('_')[0]} ({len(array)} jobs); logs in {folder}", flush=True)
         while pending or running:
             while pending and len(running) < limit:
                 job = pending.pop(0)
@@ -417,16 +453,25 @@ def run_submitit(jobs: list[Job], args: Args) -> tuple[list[dict], bool]:
                     records.append(submitted.result())
                 except Exception as error:  # the submitit job died (time limit, node failure, out of memory, ...)
                     reason = (str(error).strip().splitlines() or [type(error).__name__])[-1]
-                    records.append({"job": job.name, "cwd": job.job_dir, "status": "failed",
-                                    "command": shlex.join(job.command),
-                                    "stderr_tail": f"submitit job {submitted.job_id}: {reason} (logs in {folder})"})
+                    records.append(
+                        {
+                            "job": job.name,
+                            "cwd": job.job_dir,
+                            "status": "failed",
+                            "command": shlex.join(job.command),
+                            "stderr_tail": f"submitit job {submitted.job_id}: {reason} (logs in {folder})",
+                        }
+                    )
                 report(len(records), len(jobs), records[-1])
             if not finished:
                 time.sleep(1)
     except KeyboardInterrupt:
         if args.backend == "slurm":
-            print(f"run_grid.py: interrupted; the {len(running)} submitted jobs keep running in Slurm; re-run this "
-                  f"command when they are over to finish the grid", file=sys.stderr)
+            print(
+                f"run_grid.py: interrupted; the {len(running)} submitted jobs keep running in Slurm; re-run this "
+                f"command when they are over to finish the grid",
+                file=sys.stderr,
+            )
         else:
             print("run_grid.py: interrupted; re-run this command to finish the grid", file=sys.stderr)
         return records, True
@@ -464,24 +509,34 @@ def main(args: Args) -> None:
         for job in jobs:
             state, checkpoint = states[job]
             resume = f" --resume {shlex.quote(checkpoint)}" if checkpoint else ""
-            print(f"[{state}] cd {shlex.quote(job.job_dir)} && OMP_NUM_THREADS={job.threads} "
-                  f"{shlex.join(job.command)}{resume}")
+            print(
+                f"[{state}] cd {shlex.quote(job.job_dir)} && OMP_NUM_THREADS={job.threads} {shlex.join(job.command)}{resume}"
+            )
         return
     todo = [job for job in jobs if states[job][0] != "done"]
     skipped = len(jobs) - len(todo)
-    print(f"{len(jobs)} jobs in {os.path.abspath(args.grid_dir)}: {skipped} skipped (summary.json exists), "
-          f"{len(todo)} to run", flush=True)
+    print(
+        f"{len(jobs)} jobs in {os.path.abspath(args.grid_dir)}: {skipped} skipped (summary.json exists), {len(todo)} to run",
+        flush=True,
+    )
     os.makedirs(os.path.abspath(args.grid_dir), exist_ok=True)
     if args.backend == "local":
         records, interrupted = run_local(todo, args.workers)
     else:
         records, interrupted = run_submitit(todo, args)
-    counts = {status: sum(r["status"] == status for r in records)
-              for status in ("ok", "skipped", "failed", "busy", "interrupted")}
-    print(f"done: {counts['ok']} ran, {skipped + counts['skipped']} skipped, {counts['failed']} failed"
-          + (f", {counts['busy']} busy (running under another invocation)" if counts["busy"] else "")
-          + (f", {counts['interrupted']} interrupted and {len(todo) - len(records)} not started or still running "
-             f"(re-run the command to finish them)" if interrupted else ""))
+    counts = {
+        status: sum(r["status"] == status for r in records) for status in ("ok", "skipped", "failed", "busy", "interrupted")
+    }
+    print(
+        f"done: {counts['ok']} ran, {skipped + counts['skipped']} skipped, {counts['failed']} failed"
+        + (f", {counts['busy']} busy (running under another invocation)" if counts["busy"] else "")
+        + (
+            f", {counts['interrupted']} interrupted and {len(todo) - len(records)} not started or still running "
+            f"(re-run the command to finish them)"
+            if interrupted
+            else ""
+        )
+    )
     for record in records:
         if record["status"] == "failed":
             print(f"FAILED: cd {shlex.quote(record['cwd'])} && {record['command']}")

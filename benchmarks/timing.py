@@ -82,9 +82,17 @@ def script_args(module, args: Args, total_timesteps: int, variant: list[str]):
         except json.JSONDecodeError:
             overrides[name] = value
     try:
-        return module.Args(env_id=args.env_id, seed=1, total_timesteps=total_timesteps, learning_starts=args.learning_starts,
-                           eval_frequency=10**9, eval_episodes=1, checkpoint_frequency=0, cuda=args.device == "cuda",
-                           **overrides)
+        return module.Args(
+            env_id=args.env_id,
+            seed=1,
+            total_timesteps=total_timesteps,
+            learning_starts=args.learning_starts,
+            eval_frequency=10**9,
+            eval_episodes=1,
+            checkpoint_frequency=0,
+            cuda=args.device == "cuda",
+            **overrides,
+        )
     except TypeError as error:
         raise SystemExit(f"timing.py: error: {module.__name__}: {error}") from None
 
@@ -185,28 +193,72 @@ def critic_update_breakdown(module, args: Args, variant: list[str]) -> tuple[lis
     critic = module.Critic(obs_dim, act_dim, a.hidden_dim, *([noise_size] if noise_size else []))
     target_critic, target_actor = copy.deepcopy(critic).requires_grad_(False), module.Actor(obs_dim, act_dim, a.hidden_dim)
     world_model = module.make_world_model(a.world_model, obs_dim, act_dim, a.wm_hidden_dim)
-    critic, target_critic, target_actor, world_model = (net.to(device) for net in (critic, target_critic, target_actor, world_model))
+    critic, target_critic, target_actor, world_model = (
+        net.to(device) for net in (critic, target_critic, target_actor, world_model)
+    )
     world_model.update_normaliser(*(torch.randn(64, size, device=device) for size in (obs_dim, act_dim, 1, obs_dim)))
     parts = [(target_actor, "target actor"), (target_critic, "target critics"), (critic, "online critics")]
-    parts += [(world_model.prior, "world-model prior"), (world_model.decoder, "world-model decoder")] \
-        if hasattr(world_model, "prior") else [(coupling.net, "world model (flow)") for coupling in world_model.couplings]
+    parts += (
+        [(world_model.prior, "world-model prior"), (world_model.decoder, "world-model decoder")]
+        if hasattr(world_model, "prior")
+        else [(coupling.net, "world model (flow)") for coupling in world_model.couplings]
+    )
     for part, name in parts:
         part.__class__ = type(name, (type(part),), {})
-    data = module.ReplayBatch(*(x.to(device) for x in (
-        torch.randn(a.batch_size, obs_dim), torch.rand(a.batch_size, act_dim) * 2 - 1, torch.randn(a.batch_size),
-        torch.randn(a.batch_size, obs_dim), torch.zeros(a.batch_size))))
+    data = module.ReplayBatch(
+        *(
+            x.to(device)
+            for x in (
+                torch.randn(a.batch_size, obs_dim),
+                torch.rand(a.batch_size, act_dim) * 2 - 1,
+                torch.randn(a.batch_size),
+                torch.randn(a.batch_size, obs_dim),
+                torch.zeros(a.batch_size),
+            )
+        )
+    )
     with PartProfile() as profile:
         if hasattr(module, "td_targets"):
-            targets = module.td_targets(data, world_model, target_actor, target_critic, a.gamma, a.policy_noise,
-                                        a.noise_clip, a.double_q, a.dyna_reward)
+            targets = module.td_targets(
+                data,
+                world_model,
+                target_actor,
+                target_critic,
+                a.gamma,
+                a.policy_noise,
+                a.noise_clip,
+                a.double_q,
+                a.dyna_reward,
+            )
             loss = module.critic_loss(critic(data.obs, data.actions), targets)
         elif hasattr(a, "grad_loss_weight"):
-            targets = module.sobolev_targets(data, world_model, target_actor, target_critic, a.gamma, a.policy_noise,
-                                             a.noise_clip, a.double_q, a.dyna_reward)
+            targets = module.sobolev_targets(
+                data,
+                world_model,
+                target_actor,
+                target_critic,
+                a.gamma,
+                a.policy_noise,
+                a.noise_clip,
+                a.double_q,
+                a.dyna_reward,
+            )
             loss = module.critic_loss(module.sobolev_samples(critic, data.obs, data.actions), targets, a.grad_loss_weight)
         else:
-            target_args = (data.obs, data.actions, data.rewards, data.terminations, world_model, target_actor,
-                           target_critic, a.gamma, a.policy_noise, a.noise_clip, a.num_samples, a.dyna_reward)
+            target_args = (
+                data.obs,
+                data.actions,
+                data.rewards,
+                data.terminations,
+                world_model,
+                target_actor,
+                target_critic,
+                a.gamma,
+                a.policy_noise,
+                a.noise_clip,
+                a.num_samples,
+                a.dyna_reward,
+            )
             if hasattr(module, "return_targets"):
                 targets = module.truncate_top(module.return_targets(*target_args), a.truncation)
                 predictions = module.return_samples(critic, data.obs, data.actions, a.num_samples)
@@ -215,18 +267,25 @@ def critic_update_breakdown(module, args: Args, variant: list[str]) -> tuple[lis
                 predictions = module.sobolev_samples(critic, data.obs, data.actions, a.num_samples, a.sobolev == "complete")
             if hasattr(module, "quantile_huber_loss"):
                 loss = module.critic_loss(*predictions, targets)
-            elif hasattr(a, "metric"):
-                slicing = (a.slice_steps, a.slice_lr) if a.metric == "msmmd" else None
-                loss = module.critic_loss(predictions, targets, a.kernel_bandwidth, a.mmd_estimator, slicing)
             elif hasattr(a, "slice_steps"):
                 theta = torch.randn(critic.num_critics, a.batch_size, targets.shape[-1], device=device)
-                loss = module.critic_loss(predictions, targets, a.kernel_bandwidth, a.mmd_estimator, a.slice_steps,
-                                          a.slice_lr, a.slice_optimizer, theta)[0]
+                loss = module.critic_loss(
+                    predictions,
+                    targets,
+                    a.kernel_bandwidth,
+                    a.mmd_estimator,
+                    a.slice_steps,
+                    a.slice_lr,
+                    a.slice_optimizer,
+                    theta,
+                )[0]
             else:
                 loss = module.critic_loss(predictions, targets, a.kernel_bandwidth, a.mmd_estimator)
         loss.backward()
-    parts = [{"part": part, "pass": which, "gflop": profile.flops[(part, which)] / 1e9,
-              "ms": 1e3 * profile.seconds[(part, which)]} for part, which in sorted(profile.seconds)]
+    parts = [
+        {"part": part, "pass": which, "gflop": profile.flops[(part, which)] / 1e9, "ms": 1e3 * profile.seconds[(part, which)]}
+        for part, which in sorted(profile.seconds)
+    ]
     if not hasattr(a, "sobolev"):
         return parts, None
     prior_once = 0.0
@@ -289,38 +348,65 @@ def main(args: Args) -> None:
         variant = settings.split(",") if settings else []
         module = importlib.import_module(name.removesuffix(".py"))
         iterations = timed_iterations(module, args, variant)
-        seconds = run(module, args, args.learning_starts + iterations, variant) - run(module, args, args.learning_starts, variant)
+        seconds = run(module, args, args.learning_starts + iterations, variant) - run(
+            module, args, args.learning_starts, variant
+        )
         ms = 1e3 * seconds / iterations
         flops = flops_per_iteration(module, args, variant)
-        rows.append({"script": entry, "ms_per_iteration": ms, "timed_iterations": iterations,
-                     "gflop_per_iteration": flops / 1e9, "gflops": flops / ms / 1e6})
+        rows.append(
+            {
+                "script": entry,
+                "ms_per_iteration": ms,
+                "timed_iterations": iterations,
+                "gflop_per_iteration": flops / 1e9,
+                "gflops": flops / ms / 1e6,
+            }
+        )
         if args.breakdown:
             rows[-1]["critic_update"], rows[-1]["critic_update_floor_gflop"] = critic_update_breakdown(module, args, variant)
-        print(f"{entry}: {ms:.1f} ms/iteration over {iterations} iterations, {flops / 1e9:.2f} GFLOP/iteration",
-              file=sys.stderr)
+        print(
+            f"{entry}: {ms:.1f} ms/iteration over {iterations} iterations, {flops / 1e9:.2f} GFLOP/iteration", file=sys.stderr
+        )
     reference = rows[0]["ms_per_iteration"]
     where = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} threads"
-    lines = [f"Env {args.env_id}, {where}, dense fp32 matmul {peak / 1e9:.1f} GFLOP/s.", "",
-             f"| script | ms / iteration | ratio to {rows[0]['script']} | GFLOP / iteration | GFLOP/s | % of matmul |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"Env {args.env_id}, {where}, dense fp32 matmul {peak / 1e9:.1f} GFLOP/s.",
+        "",
+        f"| script | ms / iteration | ratio to {rows[0]['script']} | GFLOP / iteration | GFLOP/s | % of matmul |",
+        "|---|---|---|---|---|---|",
+    ]
     for row in rows:
         row["ratio"] = row["ms_per_iteration"] / reference
         row["fraction_of_matmul"] = row["gflops"] * 1e9 / peak
-        lines.append(f"| {row['script']} | {row['ms_per_iteration']:.1f} | {row['ratio']:.2f} | "
-                     f"{row['gflop_per_iteration']:.2f} | {row['gflops']:.1f} | {100 * row['fraction_of_matmul']:.0f} % |")
+        lines.append(
+            f"| {row['script']} | {row['ms_per_iteration']:.1f} | {row['ratio']:.2f} | "
+            f"{row['gflop_per_iteration']:.2f} | {row['gflops']:.1f} | {100 * row['fraction_of_matmul']:.0f} % |"
+        )
     for row in rows if args.breakdown else []:
         total_gflop, total_ms = (sum(part[key] for part in row["critic_update"]) for key in ("gflop", "ms"))
         lines += ["", f"{row['script']}: one critic update, {total_gflop:.2f} GFLOP, {total_ms:.0f} ms (under the profiler)"]
         if row["critic_update_floor_gflop"] is not None:
-            lines += [f"arithmetic floor of the same mathematics: {row['critic_update_floor_gflop']:.2f} GFLOP "
-                      f"({100 * (total_gflop / row['critic_update_floor_gflop'] - 1):.0f} % above it)"]
+            lines += [
+                f"arithmetic floor of the same mathematics: {row['critic_update_floor_gflop']:.2f} GFLOP "
+                f"({100 * (total_gflop / row['critic_update_floor_gflop'] - 1):.0f} % above it)"
+            ]
         lines += ["", "| part | pass | GFLOP | ms |", "|---|---|---|---|"]
         lines += [f"| {p['part']} | {p['pass']} | {p['gflop']:.2f} | {p['ms']:.1f} |" for p in row["critic_update"]]
     print("\n".join(lines))
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"env_id": args.env_id, "device": where, "threads": torch.get_num_threads(), "matmul_gflops": peak / 1e9,
-                       "settings": vars(args), "rows": rows}, f, indent=2)
+            json.dump(
+                {
+                    "env_id": args.env_id,
+                    "device": where,
+                    "threads": torch.get_num_threads(),
+                    "matmul_gflops": peak / 1e9,
+                    "settings": vars(args),
+                    "rows": rows,
+                },
+                f,
+                indent=2,
+            )
 
 
 if __name__ == "__main__":

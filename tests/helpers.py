@@ -62,16 +62,17 @@ def read_wandb_run(run_file: str | Path) -> tuple[list[dict], dict]:
         if 32768 - pos % 32768 < 7:  # a block's tail too short for a chunk header is padding
             pos += 32768 - pos % 32768
             continue
-        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         pending = chunk if kind in (1, 2) else pending + chunk
         if kind in (1, 4):
             record = wandb_internal_pb2.Record()
             record.ParseFromString(pending)
             kind = record.WhichOneof("record_type")
             if kind == "history":
-                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                             for item in record.history.item})
+                rows.append(
+                    {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                )
             elif kind in ("config", "run"):  # the hyperparameters come with the run record, later changes alone
                 items = record.config.update if kind == "config" else record.run.config.update
                 config.update({item.key: json.loads(item.value_json) for item in items})
@@ -86,8 +87,9 @@ def tiny_target_networks(module, world_model_kind: str, seed: int, obs_dim: int 
     torch.manual_seed(seed)
     world_model = module.make_world_model(world_model_kind, obs_dim, act_dim, 8)
     with torch.no_grad():
-        world_model.update_normaliser(torch.randn(50, obs_dim), torch.rand(50, act_dim) * 2 - 1, torch.randn(50, 1),
-                                      torch.randn(50, obs_dim) * 2)
+        world_model.update_normaliser(
+            torch.randn(50, obs_dim), torch.rand(50, act_dim) * 2 - 1, torch.randn(50, 1), torch.randn(50, obs_dim) * 2
+        )
         if world_model_kind == "flow":
             for coupling in world_model.couplings:
                 torch.nn.init.normal_(coupling.net[-1].weight, std=0.3)

@@ -5,12 +5,11 @@ import importlib
 
 import pytest
 import torch
-
-import td3_huber
 from helpers import only_run_dir, read_scalars, read_summary, run_script
 
-SCRIPTS_WITH_WORLD_MODEL = ["td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mmd_sobolev",
-                            "dsdpg_msmmd_sobolev"]
+import td3_huber
+
+SCRIPTS_WITH_WORLD_MODEL = ["td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
 
 
 class LinearModel:
@@ -55,7 +54,7 @@ def test_contraction_factor_sees_the_world_models_jacobian():
     torch.manual_seed(2)
     noise = torch.randn(4, 1, model.latent_dim)
     for b in range(4):
-        f = lambda a: model.sample(obs[b:b + 1], a[None], 1, noise[b:b + 1])[0][0, 0]  # noqa: E731
+        f = lambda a: model.sample(obs[b : b + 1], a[None], 1, noise[b : b + 1])[0][0, 0]  # noqa: E731
         df_da = torch.autograd.functional.jacobian(f, actions[b])  # (S, A)
         next_obs = f(actions[b]).detach()
         dpi_ds = torch.autograd.functional.jacobian(lambda s: actor(s[None])[0], next_obs)  # (A, S)
@@ -86,9 +85,32 @@ def test_without_double_q_the_target_uses_critic_one(name):
 
 
 def test_the_monitor_is_logged_and_leaves_training_unchanged(tmp_path):
-    common = ["--env-id", "PointMass-v0", "--total-timesteps", "160", "--learning-starts", "100", "--hidden-dim", "16",
-              "--wm-hidden-dim", "16", "--batch-size", "16", "--updates-per-step", "1", "--eval-frequency", "80",
-              "--eval-episodes", "2", "--num-samples", "3", "--num-samples-policy", "2", "--slice-steps", "2"]
+    common = [
+        "--env-id",
+        "PointMass-v0",
+        "--total-timesteps",
+        "160",
+        "--learning-starts",
+        "100",
+        "--hidden-dim",
+        "16",
+        "--wm-hidden-dim",
+        "16",
+        "--batch-size",
+        "16",
+        "--updates-per-step",
+        "1",
+        "--eval-frequency",
+        "80",
+        "--eval-episodes",
+        "2",
+        "--num-samples",
+        "3",
+        "--num-samples-policy",
+        "2",
+        "--slice-steps",
+        "2",
+    ]
     returns = {}
     for frequency in ("20", "0"):
         cwd = tmp_path / frequency
@@ -99,8 +121,12 @@ def test_the_monitor_is_logged_and_leaves_training_unchanged(tmp_path):
         returns[frequency] = scalars["losses/qf_loss"]
         if frequency == "20":
             assert [s for s, _ in scalars["charts/contraction_gamma_kappa"]] == [100, 120, 140]
-            assert all(v >= m for (_, v), (_, m) in zip(scalars["charts/contraction_gamma_kappa_max"],
-                                                         scalars["charts/contraction_gamma_kappa"]))
+            assert all(
+                v >= m
+                for (_, v), (_, m) in zip(
+                    scalars["charts/contraction_gamma_kappa_max"], scalars["charts/contraction_gamma_kappa"]
+                )
+            )
         else:
             assert "charts/contraction_gamma_kappa" not in scalars
     assert returns["20"] == returns["0"]  # the monitor draws from a forked RNG
@@ -118,22 +144,35 @@ def test_complete_sobolev_targets_match_finite_differences_in_action_and_state(n
     module = importlib.import_module(name)
     torch.manual_seed(5)
     world_model = module.WorldModel(3, 2, hidden_dim=8)
-    world_model.update_normaliser(torch.randn(50, 3), torch.rand(50, 2) * 2 - 1, torch.randn(50, 1),
-                                   torch.randn(50, 3) * 2)
+    world_model.update_normaliser(torch.randn(50, 3), torch.rand(50, 2) * 2 - 1, torch.randn(50, 1), torch.randn(50, 3) * 2)
     actor = module.Actor(3, 2, 8).requires_grad_(False)
     critic = module.Critic(3, 2, 8, noise_dim=4).requires_grad_(False)
     obs, actions, terminations = torch.randn(4, 3), torch.rand(4, 2) * 1.6 - 0.8, torch.tensor([0.0, 1.0, 0.0, 0.0])
 
     def targets_at(s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         torch.manual_seed(77)
-        return module.sobolev_targets(s, a, torch.zeros(4), terminations, world_model, actor, critic, 0.9, 0.2, 0.5,
-                                      num_samples=3, dyna_reward="model", complete=True)
+        return module.sobolev_targets(
+            s,
+            a,
+            torch.zeros(4),
+            terminations,
+            world_model,
+            actor,
+            critic,
+            0.9,
+            0.2,
+            0.5,
+            num_samples=3,
+            dyna_reward="model",
+            complete=True,
+        )
 
     targets = targets_at(obs, actions)
     assert targets.shape == (4, 6, 1 + 2 + 3)
     torch.manual_seed(77)
-    action_only = module.sobolev_targets(obs, actions, torch.zeros(4), terminations, world_model, actor, critic, 0.9,
-                                         0.2, 0.5, 3, "model")
+    action_only = module.sobolev_targets(
+        obs, actions, torch.zeros(4), terminations, world_model, actor, critic, 0.9, 0.2, 0.5, 3, "model"
+    )
     torch.testing.assert_close(targets[..., :3], action_only)  # the complete operator extends the action one
     h = 1e-6
     for j in range(3):  # state-gradient block against central differences of each sample's own return
@@ -162,7 +201,7 @@ def test_complete_sobolev_samples_give_per_sample_state_gradients(name, float64)
     for e in range(2):
         for b in range(2):
             for k in range(4):
-                z = lambda s: critic(s[None], actions[b:b + 1], noise[:, b, k][:, None])[e, 0]  # noqa: E731
+                z = lambda s: critic(s[None], actions[b : b + 1], noise[:, b, k][:, None])[e, 0]  # noqa: E731
                 torch.testing.assert_close(predictions[e, b, k, 3:], torch.func.jacrev(z)(obs[b]))
     predictions[..., 3:].pow(2).sum().backward()  # the state-gradient block trains the critic too
     assert critic.fc1.weight.grad[:, :3].abs().sum() > 0
@@ -170,22 +209,70 @@ def test_complete_sobolev_samples_give_per_sample_state_gradients(name, float64)
 
 @pytest.mark.parametrize("env_id", ["PointMass-v0", "Hopper-v4"])
 def test_complete_sobolev_runs_end_to_end(tmp_path, env_id):
-    result = run_script("dsdpg_msmmd_sobolev.py", "--env-id", env_id, "--sobolev", "complete", "--total-timesteps", "150",
-                        "--learning-starts", "100", "--hidden-dim", "16", "--wm-hidden-dim", "16", "--batch-size", "16",
-                        "--updates-per-step", "1", "--eval-frequency", "150", "--eval-episodes", "1", "--num-samples", "3",
-                        "--slice-steps", "2", "--truncation", "0", cwd=tmp_path)
+    result = run_script(
+        "dsdpg_msmmd_sobolev.py",
+        "--env-id",
+        env_id,
+        "--sobolev",
+        "complete",
+        "--total-timesteps",
+        "150",
+        "--learning-starts",
+        "100",
+        "--hidden-dim",
+        "16",
+        "--wm-hidden-dim",
+        "16",
+        "--batch-size",
+        "16",
+        "--updates-per-step",
+        "1",
+        "--eval-frequency",
+        "150",
+        "--eval-episodes",
+        "1",
+        "--num-samples",
+        "3",
+        "--slice-steps",
+        "2",
+        "--truncation",
+        "0",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     scalars = read_scalars(only_run_dir(tmp_path))
     assert scalars["losses/qf_loss"] and scalars["losses/slice_gain"]
 
 
-@pytest.mark.parametrize("script, flags", [("dsdpg_mmd_sobolev.py", ["--truncation", "0", "--num-samples", "3"]),
-                                           ("mage_huber_sobolev.py", ["--no-double-q"])])
+@pytest.mark.parametrize(
+    "script, flags",
+    [("dsdpg_mmd_sobolev.py", ["--truncation", "0", "--num-samples", "3"]), ("mage_huber_sobolev.py", ["--no-double-q"])],
+)
 @pytest.mark.parametrize("env_id", ["PointMass-v0", "Hopper-v4"])
 def test_overestimation_ablations_run_end_to_end(tmp_path, script, flags, env_id):
-    result = run_script(script, *flags, "--env-id", env_id, "--total-timesteps", "150", "--learning-starts", "100",
-                        "--hidden-dim", "16", "--wm-hidden-dim", "16", "--batch-size", "16", "--updates-per-step", "1",
-                        "--eval-frequency", "150", "--eval-episodes", "1", cwd=tmp_path)
+    result = run_script(
+        script,
+        *flags,
+        "--env-id",
+        env_id,
+        "--total-timesteps",
+        "150",
+        "--learning-starts",
+        "100",
+        "--hidden-dim",
+        "16",
+        "--wm-hidden-dim",
+        "16",
+        "--batch-size",
+        "16",
+        "--updates-per-step",
+        "1",
+        "--eval-frequency",
+        "150",
+        "--eval-episodes",
+        "1",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     assert read_scalars(run_dir)["losses/qf_loss"]
@@ -196,9 +283,32 @@ def test_overestimation_ablations_run_end_to_end(tmp_path, script, flags, env_id
 def test_compile_flag_trains_like_eager(tmp_path):
     """--compile (torch.compile of the actor and the world-model loss) runs on the CPU and gives the eager run's numbers
     up to floating-point reassociation."""
-    common = ["--env-id", "PointMass-v0", "--total-timesteps", "120", "--learning-starts", "100", "--hidden-dim", "16",
-              "--wm-hidden-dim", "16", "--batch-size", "16", "--updates-per-step", "1", "--eval-frequency", "120",
-              "--eval-episodes", "1", "--num-samples", "3", "--slice-steps", "2", "--contraction-frequency", "0"]
+    common = [
+        "--env-id",
+        "PointMass-v0",
+        "--total-timesteps",
+        "120",
+        "--learning-starts",
+        "100",
+        "--hidden-dim",
+        "16",
+        "--wm-hidden-dim",
+        "16",
+        "--batch-size",
+        "16",
+        "--updates-per-step",
+        "1",
+        "--eval-frequency",
+        "120",
+        "--eval-episodes",
+        "1",
+        "--num-samples",
+        "3",
+        "--slice-steps",
+        "2",
+        "--contraction-frequency",
+        "0",
+    ]
     losses = {}
     for flag in ("--compile", "--no-compile"):
         cwd = tmp_path / flag

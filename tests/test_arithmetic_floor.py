@@ -7,7 +7,6 @@ import importlib
 
 import pytest
 import torch
-
 from helpers import tiny_target_networks
 
 DISTRIBUTIONAL = ["mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
@@ -57,8 +56,7 @@ def test_sobolev_targets_equal_the_straightforward_reference(name, world_model_k
     obs, actions = torch.randn(5, 3), torch.rand(5, 2) * 1.6 - 0.8
     rewards, terminations = torch.tensor([0.0, 10.0, 0.5, 0.0, -1.0]), torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0])
     torch.manual_seed(11)
-    targets = module.sobolev_targets(obs, actions, rewards, terminations, *parts, 0.9, 0.2, 0.5, 4, dyna_reward,
-                                     complete)
+    targets = module.sobolev_targets(obs, actions, rewards, terminations, *parts, 0.9, 0.2, 0.5, 4, dyna_reward, complete)
     torch.manual_seed(11)
     expected = reference_targets(module, obs, actions, rewards, terminations, parts, 4, complete, dyna_reward)
     assert targets.shape == expected.shape == (5, 8, 3 + 3 * complete)
@@ -105,7 +103,7 @@ def test_per_copy_prior_gives_every_row_the_gradient_of_the_prior_on_every_row(c
     for e in range(2):
         (expected,) = torch.autograd.grad(prior(cond), cond, cotangents[e])
         torch.testing.assert_close(batched[e][:, columns], expected[:, columns])
-        assert (batched[e][:, :columns.start] == 0).all()  # columns without a tangent get no gradient
+        assert (batched[e][:, : columns.start] == 0).all()  # columns without a tangent get no gradient
 
 
 @pytest.mark.parametrize("name", DISTRIBUTIONAL)

@@ -21,13 +21,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import ROOT, error_lines, only_run_dir, read_scalars, read_summary, run_script
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from helpers import ROOT, error_lines, only_run_dir, read_scalars, read_summary, run_script
+import flag_extras
 
-RL_SCRIPTS = ["td3_huber.py", "mage_huber_sobolev.py", "mmd_critic.py", "iqn.py", "dsdpg_mmd_sobolev.py",
-              "dsdpg_msmmd_sobolev.py"]
+RL_SCRIPTS = [
+    "td3_huber.py",
+    "mage_huber_sobolev.py",
+    "mmd_critic.py",
+    "iqn.py",
+    "dsdpg_mmd_sobolev.py",
+    "dsdpg_msmmd_sobolev.py",
+]
 
 TD3 = importlib.import_module("td3_huber")
 
@@ -60,8 +67,13 @@ def test_replay_sampling_on_the_device_is_uniform_below_the_fill_level():
     assert restored.fill.item() == 10
 
 
-HOST_DATA_DEPENDENT = {"aten::nonzero", "aten::masked_select", "aten::_unique2", "aten::unique_dim",
-                       "aten::unique_consecutive"}  # their output shapes are read back from the device
+HOST_DATA_DEPENDENT = {
+    "aten::nonzero",
+    "aten::masked_select",
+    "aten::_unique2",
+    "aten::unique_dim",
+    "aten::unique_consecutive",
+}  # their output shapes are read back from the device
 DISPATCH_FILES = ("_python_dispatch.py", "_ops.py", os.path.basename(__file__))
 
 
@@ -81,15 +93,18 @@ class CaptureRecorder(TorchDispatchMode):
         if func._schema.name in HOST_DATA_DEPENDENT:
             raise AssertionError(f"{func} inside a captured step: its output shape is read back to the host")
         if func._schema.name in ("aten::index", "aten::index_put", "aten::index_put_") and any(
-                index is not None and index.dtype in (torch.bool, torch.uint8) for index in args[1]):
+            index is not None and index.dtype in (torch.bool, torch.uint8) for index in args[1]
+        ):
             raise AssertionError(f"{func} with a mask inside a captured step: a nonzero, read back to the host")
         if func._schema.name == "aten::lift_fresh":  # torch.tensor(): in torch's own CPU-only branches, not in a script
             frame = sys._getframe(1)
             while frame.f_code.co_filename.endswith(DISPATCH_FILES):
                 frame = frame.f_back
             if Path(frame.f_code.co_filename).parent == ROOT:
-                raise AssertionError(f"a tensor made from host data inside a captured step, at "
-                                     f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}")
+                raise AssertionError(
+                    f"a tensor made from host data inside a captured step, at "
+                    f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
+                )
         out = func(*args, **kwargs)
         if any(not isinstance(leaf, torch.Tensor) and leaf is not None for leaf in tree_flatten(out)[0]):
             raise AssertionError(f"{func} inside a captured step reads a value back to the host")
@@ -157,7 +172,7 @@ def test_the_emulated_capture_breaks_where_a_cuda_graph_would(monkeypatch):
         with torch.cuda.graph(torch.cuda.CUDAGraph()):
             x[x > 0].sum()
     scale, state = 2.0, {"buffer": torch.ones(3)}
-    step = TD3.CudaGraphStep(lambda x: x * scale + state["buffer"], warmup=0)
+    step = flag_extras.CudaGraphStep(lambda x: x * scale + state["buffer"], warmup=0)
     assert step(x).tolist() == [3.0] * 3
     x.fill_(2.0)
     assert step(x).tolist() == [5.0] * 3  # the input tensor's new contents reach the replay
@@ -168,8 +183,18 @@ def test_the_emulated_capture_breaks_where_a_cuda_graph_would(monkeypatch):
 
 def run_main(module, tmp_path, monkeypatch, name: str, **overrides) -> tuple[dict, dict]:
     """main() in-process at tiny sizes; returns the TensorBoard scalars (but SPS) and summary.json."""
-    tiny = dict(env_id="PointMass-v0", total_timesteps=300, learning_starts=100, hidden_dim=16, wm_hidden_dim=16,
-                updates_per_step=2, batch_size=16, eval_frequency=100, eval_episodes=2, cuda=False)
+    tiny = dict(
+        env_id="PointMass-v0",
+        total_timesteps=300,
+        learning_starts=100,
+        hidden_dim=16,
+        wm_hidden_dim=16,
+        updates_per_step=2,
+        batch_size=16,
+        eval_frequency=100,
+        eval_episodes=2,
+        cuda=False,
+    )
     fields = {field.name for field in dataclasses.fields(module.Args)}
     for key, value in dict(num_samples=4, num_samples_policy=3, noise_dim=8, slice_steps=5).items():
         if key in fields:
@@ -183,13 +208,15 @@ def run_main(module, tmp_path, monkeypatch, name: str, **overrides) -> tuple[dic
     return scalars, summary
 
 
-# the options that change what the updates compute (a model-free target, the flow world model, --sobolev complete, the
-# unbiased estimator, ascent slicing, model rewards, sliced MMD in mmd_critic), each in at least one script
+# the options that change what the updates compute (a model-free target without a world model, the flow world model,
+# --sobolev complete, the unbiased estimator, ascent slicing, model rewards), each in at least one script
 OTHER_UPDATE_PATHS = [
     ("td3_huber.py", dict(dyna=False)),
-    ("mmd_critic.py", dict(metric="msmmd", world_model="flow", mmd_estimator="unbiased", dyna_reward="model")),
-    ("dsdpg_msmmd_sobolev.py", dict(world_model="flow", sobolev="complete", mmd_estimator="unbiased",
-                                    slice_optimizer="ascent", dyna_reward="model")),
+    ("mmd_critic.py", dict(world_model="flow", mmd_estimator="unbiased", dyna_reward="model")),
+    (
+        "dsdpg_msmmd_sobolev.py",
+        dict(world_model="flow", sobolev="complete", mmd_estimator="unbiased", slice_optimizer="ascent", dyna_reward="model"),
+    ),
 ]
 
 
@@ -207,11 +234,13 @@ def test_graph_replayed_updates_give_the_eager_numbers(tmp_path, monkeypatch, sc
         requested.append(capturable)
         return radam(params, *args, capturable=True, **kwargs)
 
-    monkeypatch.setattr(radam_module, "_get_capturable_supported_devices",
-                        lambda *a, **k: [*capturable_devices(*a, **k), "cpu"])
+    monkeypatch.setattr(
+        radam_module, "_get_capturable_supported_devices", lambda *a, **k: [*capturable_devices(*a, **k), "cpu"]
+    )
     monkeypatch.setattr(torch.optim, "RAdam", capturable_radam)
+    world_model = options.get("dyna", True)  # td3_huber --no-dyna builds no world model, so no optimizer for one
     eager_scalars, eager_summary = run_main(module, tmp_path, monkeypatch, "eager", **options)
-    assert requested == [False, False, False]  # eager: the default RAdam for the actor, the critic, the world model
+    assert requested == [False, False] + [False] * world_model  # eager: the default RAdam for the actor, the critic, the WM
 
     original_check = module.check_args
     monkeypatch.setattr(module, "check_args", lambda args: original_check(dataclasses.replace(args, cudagraphs=False)))
@@ -219,7 +248,8 @@ def test_graph_replayed_updates_give_the_eager_numbers(tmp_path, monkeypatch, sc
     ReplayedTrace.replays = 0
     graph_scalars, graph_summary = run_main(module, tmp_path, monkeypatch, "graphs", cudagraphs=True, **options)
 
-    assert requested[3:] == [True, True, False]  # --cudagraphs: the actor's and the critic's optimizers are capturable
+    # --cudagraphs: the actor's and the critic's optimizers are capturable, the world model's is not
+    assert requested[2 + world_model :] == [True, True] + [False] * world_model
     # 400 critic updates and 200 actor updates, 3 warm-up calls and 1 capture each; the rest are replays
     assert ReplayedTrace.replays == (400 - 4) + (200 - 4)
     assert graph_scalars.keys() == eager_scalars.keys()
@@ -235,7 +265,7 @@ def test_the_captured_updates_hold_no_host_sync_or_python_side_effect(script):
     a replaced tensor would change): the update functions' own text reads nothing back to the host, changes no Python
     state (a replay would skip it without a trace in the numbers), and samples its batch inside the step."""
     source = inspect.getsource(importlib.import_module(script.removesuffix(".py")).main)
-    updates = source[source.index("    def update_critic()"):source.index("    if args.cudagraphs:")]
+    updates = source[source.index("    def update_critic()") : source.index("    if args.cudagraphs:")]
     for forbidden in (".item(", ".cpu(", ".tolist(", ".numpy(", "nonlocal", "global ", "float(", "int(", "bool(", "print("):
         assert forbidden not in updates, forbidden
     assert updates.count("rb.sample(") == 1 and "num_critic_updates" not in updates
@@ -249,14 +279,13 @@ def test_real_capture_on_a_gpu_trains_with_finite_losses(tmp_path, monkeypatch, 
     module = importlib.import_module(script.removesuffix(".py"))
     replays = []
 
-    class CountedStep(module.CudaGraphStep):
+    class CountedStep(flag_extras.CudaGraphStep):
         def __call__(self, *inputs):
             replays.append(self.graph is not None)
             return super().__call__(*inputs)
 
-    monkeypatch.setattr(module, "CudaGraphStep", CountedStep)
-    graph_scalars, graph_summary = run_main(module, tmp_path, monkeypatch, "graphs", cuda=True, cudagraphs=True,
-                                            **options)
+    monkeypatch.setattr(flag_extras, "CudaGraphStep", CountedStep)  # main() imports it from flag_extras when it runs
+    graph_scalars, graph_summary = run_main(module, tmp_path, monkeypatch, "graphs", cuda=True, cudagraphs=True, **options)
     eager_scalars, eager_summary = run_main(module, tmp_path, monkeypatch, "eager", cuda=True, **options)
     assert replays.count(True) == (400 - 4) + (200 - 4)
     assert graph_scalars.keys() == eager_scalars.keys()

@@ -8,19 +8,35 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import error_lines, only_run_dir, read_scalars, read_summary, run_script
 
 import dsdpg_mmd_sobolev as dsdpg
 import dsdpg_msmmd_sobolev as dsdpg_ms
 import mage_huber_sobolev as mage
-from helpers import error_lines, only_run_dir, read_scalars, read_summary, run_script
 
-TINY = ["--total-timesteps", "200", "--learning-starts", "100", "--hidden-dim", "16", "--wm-hidden-dim", "16",
-        "--updates-per-step", "2", "--batch-size", "16", "--eval-frequency", "100", "--eval-episodes", "2"]
+TINY = [
+    "--total-timesteps",
+    "200",
+    "--learning-starts",
+    "100",
+    "--hidden-dim",
+    "16",
+    "--wm-hidden-dim",
+    "16",
+    "--updates-per-step",
+    "2",
+    "--batch-size",
+    "16",
+    "--eval-frequency",
+    "100",
+    "--eval-episodes",
+    "2",
+]
 TINY_FLAGS = {
     "mage_huber_sobolev.py": TINY,
     "dsdpg_mmd_sobolev.py": TINY + ["--num-samples", "4", "--num-samples-policy", "3", "--noise-dim", "8"],
-    "dsdpg_msmmd_sobolev.py": TINY + ["--num-samples", "4", "--num-samples-policy", "3", "--noise-dim", "8",
-                                      "--slice-steps", "5"],
+    "dsdpg_msmmd_sobolev.py": TINY
+    + ["--num-samples", "4", "--num-samples-policy", "3", "--noise-dim", "8", "--slice-steps", "5"],
 }
 
 
@@ -87,8 +103,10 @@ def test_mmd2_of_a_set_with_itself_is_zero_and_grows_with_the_distance():
     x = torch.randn(50, 3)
     assert dsdpg.mmd2(x, x, 100.0).item() == pytest.approx(0.0, abs=1e-3)
     base = torch.randn(200, 3)
-    values = [dsdpg.mmd2(base, torch.randn(200, 3) + torch.tensor([shift, 0.0, 0.0]), 100.0).item()
-              for shift in (0.0, 0.5, 1.0, 2.0, 4.0)]
+    values = [
+        dsdpg.mmd2(base, torch.randn(200, 3) + torch.tensor([shift, 0.0, 0.0]), 100.0).item()
+        for shift in (0.0, 0.5, 1.0, 2.0, 4.0)
+    ]
     assert all(a < b for a, b in zip(values, values[1:])), values
 
 
@@ -179,8 +197,9 @@ def tiny_target_parts(obs_dim: int = 3, act_dim: int = 2):
     torch.manual_seed(7)
     world_model = dsdpg.WorldModel(obs_dim, act_dim, hidden_dim=8)
     with torch.no_grad():  # give the normaliser non-trivial statistics
-        world_model.update_normaliser(torch.randn(50, obs_dim), torch.rand(50, act_dim) * 2 - 1, torch.randn(50, 1),
-                                       torch.randn(50, obs_dim) * 2)
+        world_model.update_normaliser(
+            torch.randn(50, obs_dim), torch.rand(50, act_dim) * 2 - 1, torch.randn(50, 1), torch.randn(50, obs_dim) * 2
+        )
     actor = dsdpg.Actor(obs_dim, act_dim, 8).requires_grad_(False)
     critic = dsdpg.Critic(obs_dim, act_dim, 8, noise_dim=4).requires_grad_(False)
     return world_model, actor, critic
@@ -195,8 +214,9 @@ def test_sobolev_targets_match_per_sample_finite_differences(float64):
 
     def targets_at(a: torch.Tensor) -> torch.Tensor:
         torch.manual_seed(123)  # the same noise at every evaluation
-        return dsdpg.sobolev_targets(obs, a, torch.zeros(4), terminations, world_model, actor, critic, 0.9, 0.2, 0.5,
-                                     num_samples=5, dyna_reward="model")  # tests/test_dyna_reward.py: both modes
+        return dsdpg.sobolev_targets(
+            obs, a, torch.zeros(4), terminations, world_model, actor, critic, 0.9, 0.2, 0.5, num_samples=5, dyna_reward="model"
+        )  # tests/test_dyna_reward.py: both modes
 
     targets = targets_at(actions)
     assert targets.shape == (4, 10, 3) and not targets.requires_grad
@@ -249,8 +269,9 @@ def test_sobolev_targets_equal_the_hand_derived_linear_quadratic_gradients(float
     obs, actions = torch.randn(5, s_dim) * 0.5, torch.rand(5, a_dim) - 0.5
     terminations = torch.zeros(5)
     torch.manual_seed(9)
-    targets = dsdpg.sobolev_targets(obs, actions, torch.zeros(5), terminations, model, policy, critic, gamma, 0.0, 0.5,
-                                    num_samples=4)
+    targets = dsdpg.sobolev_targets(
+        obs, actions, torch.zeros(5), terminations, model, policy, critic, gamma, 0.0, 0.5, num_samples=4
+    )
     torch.manual_seed(9)
     eps = torch.randn(5 * 4, 1, s_dim + 1)  # the model's draw inside sobolev_targets (per-sample copies of a)
     next_obs = (obs @ m.T + actions @ p.T).repeat_interleave(4, 0) + 0.1 * eps[:, 0, :-1]  # (B*N, S)
@@ -260,7 +281,7 @@ def test_sobolev_targets_equal_the_hand_derived_linear_quadratic_gradients(float
         dz_da = -2 * residual
         dz_ds = 2 * residual @ gains[e]
         expected = c + gamma * (dz_ds + dz_da @ lin) @ p  # (B*N, A)
-        torch.testing.assert_close(targets[:, e * 4:(e + 1) * 4, 1:], expected.reshape(5, 4, a_dim))
+        torch.testing.assert_close(targets[:, e * 4 : (e + 1) * 4, 1:], expected.reshape(5, 4, a_dim))
 
 
 def test_sobolev_samples_give_per_sample_gradients_and_train_through_them(float64):
@@ -275,8 +296,10 @@ def test_sobolev_samples_give_per_sample_gradients_and_train_through_them(float6
     for e in range(2):
         for b in range(4):
             for k in range(5):
+
                 def z(a):
-                    return critic(obs[b:b + 1], a[None].expand(2, 1, 2), noise[:, b, k][:, None])[e, 0]
+                    return critic(obs[b : b + 1], a[None].expand(2, 1, 2), noise[:, b, k][:, None])[e, 0]
+
                 torch.testing.assert_close(predictions[e, b, k, 0], z(actions[b]))
                 torch.testing.assert_close(predictions[e, b, k, 1:], torch.func.jacrev(z)(actions[b]))
     # a loss on the gradient coordinates alone reaches the parameters (double backprop), and correctly so
@@ -333,8 +356,16 @@ def test_scripts_run_end_to_end(tmp_path, script, env_flags):
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     scalars = read_scalars(run_dir)
-    for tag in ["losses/qf_loss", "losses/actor_loss", "losses/qf1_values", "losses/qf1_action_grad_norm",
-                "losses/target_action_grad_norm", "losses/world_model_loss", "charts/SPS", "eval/episodic_return"]:
+    for tag in [
+        "losses/qf_loss",
+        "losses/actor_loss",
+        "losses/qf1_values",
+        "losses/qf1_action_grad_norm",
+        "losses/target_action_grad_norm",
+        "losses/world_model_loss",
+        "charts/SPS",
+        "eval/episodic_return",
+    ]:
         assert scalars[tag] and all(math.isfinite(v) for _, v in scalars[tag]), tag
     if "msmmd" in script:
         assert all(v > 0 for _, v in scalars["losses/slice_gain"])

@@ -6,7 +6,6 @@ import sys
 
 import torch
 import torch.nn as nn
-
 from helpers import ROOT, load_benchmark
 
 sys.path.insert(0, str(ROOT))
@@ -23,8 +22,13 @@ def test_oracle_flag_targets_equal_hand_computed_target():
     actor, critic = td3_huber.Actor(OBS_DIM, ACT_DIM, 8), td3_huber.Critic(OBS_DIM, ACT_DIM, 8)
     B = 6
     real_next = torch.cat([torch.randn(B, 4), torch.randint(0, 2, (B, M)).float()], 1)
-    data = td3_huber.ReplayBatch(torch.randn(B, OBS_DIM), torch.rand(B, ACT_DIM) * 2 - 1, torch.randn(B), real_next,
-                                 torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 0.0]))
+    data = td3_huber.ReplayBatch(
+        torch.randn(B, OBS_DIM),
+        torch.rand(B, ACT_DIM) * 2 - 1,
+        torch.randn(B),
+        real_next,
+        torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 0.0]),
+    )
     torch.manual_seed(1)
     targets = oracle.oracle_flag_td_targets(data, world_model, actor, critic, 0.9, 0.2, 0.5)
     torch.manual_seed(1)
@@ -69,9 +73,17 @@ def checkpoint(tmp_path) -> str:
     state = {
         "script": "td3_huber.py",
         "args": {"world_model": "cvae", "wm_hidden_dim": 8, "hidden_dim": 8},
-        "world_model": {}, "target_actor": actor.state_dict(), "target_critic": critic.state_dict(),
-        "replay_buffer": {"size": 7, "obs": obs, "actions": actions, "rewards": torch.zeros(7, 1),
-                          "next_obs": rule_step(obs, actions), "terminations": terminations},
+        "world_model": {},
+        "target_actor": actor.state_dict(),
+        "target_critic": critic.state_dict(),
+        "replay_buffer": {
+            "size": 7,
+            "obs": obs,
+            "actions": actions,
+            "rewards": torch.zeros(7, 1),
+            "next_obs": rule_step(obs, actions),
+            "terminations": terminations,
+        },
     }
     path = tmp_path / "checkpoint.pt"
     torch.save(state, path)

@@ -7,7 +7,6 @@ import importlib
 
 import pytest
 import torch
-
 from helpers import only_run_dir, read_scalars, run_script, tiny_target_networks
 
 DISTRIBUTIONAL = ["mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
@@ -36,12 +35,14 @@ def targets_of(module, obs, actions, rewards, terminations, parts, dyna_reward: 
         batch = module.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
         return module.sobolev_targets(batch, world_model, actor, critic, 0.9, 0.2, 0.5, dyna_reward=dyna_reward)
     function = module.sobolev_targets if module.__name__ in SOBOLEV else module.return_targets
-    return function(obs, actions, rewards, terminations, world_model, actor, critic, 0.9, 0.2, 0.5, 3,
-                    dyna_reward=dyna_reward, **kwargs)
+    return function(
+        obs, actions, rewards, terminations, world_model, actor, critic, 0.9, 0.2, 0.5, 3, dyna_reward=dyna_reward, **kwargs
+    )
 
 
 def test_dyna_rewards_has_the_replay_value_exactly_and_the_model_gradient():
     import td3_huber
+
     a = torch.tensor([0.3, -1.7], requires_grad=True)
     model_rewards = torch.stack([a[0] ** 2 * 1e3, torch.sin(a[1])])  # one large reward: no rounding may leak
     replay = torch.tensor([0.1, 10.0])
@@ -96,8 +97,7 @@ def finite_difference(targets_at, x: torch.Tensor, h: float = 1e-6) -> torch.Ten
 @pytest.mark.parametrize("dyna_reward", ["replay", "model"])
 @pytest.mark.parametrize("world_model_kind", ["cvae", "flow"])
 @pytest.mark.parametrize("name", ["mage_huber_sobolev", *SOBOLEV])
-def test_target_gradients_are_central_differences_of_the_model_reward_target(name, world_model_kind, dyna_reward,
-                                                                             float64):
+def test_target_gradients_are_central_differences_of_the_model_reward_target(name, world_model_kind, dyna_reward, float64):
     """In both modes every per-sample gradient (action, and state for the complete operator) is the derivative of the
     model-reward target: the replay value is a constant of the pair, its gradient the model's d r^/da."""
     module = importlib.import_module(name)
@@ -118,9 +118,28 @@ def test_target_gradients_are_central_differences_of_the_model_reward_target(nam
 
 @pytest.mark.parametrize("script", ["td3_huber.py", "dsdpg_msmmd_sobolev.py"])
 def test_both_modes_run_end_to_end_and_differ(tmp_path, script):
-    flags = ["--env-id", "PointMass-v0", "--total-timesteps", "150", "--learning-starts", "100", "--hidden-dim", "16",
-             "--wm-hidden-dim", "16", "--batch-size", "16", "--updates-per-step", "1", "--eval-frequency", "150",
-             "--eval-episodes", "1", "--contraction-frequency", "0"]
+    flags = [
+        "--env-id",
+        "PointMass-v0",
+        "--total-timesteps",
+        "150",
+        "--learning-starts",
+        "100",
+        "--hidden-dim",
+        "16",
+        "--wm-hidden-dim",
+        "16",
+        "--batch-size",
+        "16",
+        "--updates-per-step",
+        "1",
+        "--eval-frequency",
+        "150",
+        "--eval-episodes",
+        "1",
+        "--contraction-frequency",
+        "0",
+    ]
     if "dsdpg" in script:
         flags += ["--num-samples", "3", "--num-samples-policy", "2", "--noise-dim", "4", "--slice-steps", "2"]
     losses = {}

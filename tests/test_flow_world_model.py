@@ -3,15 +3,18 @@ known stochastic linear system (moments and pathwise action-gradients of the sam
 
 import pytest
 import torch
-
-from dsdpg_mmd_sobolev import FlowWorldModel
 from helpers import only_run_dir, read_scalars, run_script
+
+from dsdpg_mmd_sobolev import make_world_model
+from flag_extras import FlowWorldModel
 
 
 def perturbed_flow(obs_dim: int, act_dim: int, seed: int = 0) -> FlowWorldModel:
-    """A small float64 flow moved away from its identity-coupling initialisation, so every layer is non-trivial."""
+    """A small float64 flow (with dsdpg_mmd_sobolev's normaliser) moved away from its identity-coupling
+    initialisation, so every layer is non-trivial."""
     torch.manual_seed(seed)
-    model = FlowWorldModel(obs_dim, act_dim, hidden_dim=16).double()
+    model = make_world_model("flow", obs_dim, act_dim, 16).double()
+    assert isinstance(model, FlowWorldModel)
     with torch.no_grad():
         for param in model.parameters():
             param.add_(0.3 * torch.randn_like(param))
@@ -49,7 +52,8 @@ def test_inverse_round_trips(obs_dim: int, act_dim: int) -> None:
 
 def test_initial_flow_is_orthogonal_and_interface_shapes() -> None:
     torch.manual_seed(0)
-    model = FlowWorldModel(5, 2, hidden_dim=32)
+    model = make_world_model("flow", 5, 2, 32)
+    assert isinstance(model, FlowWorldModel)
     x, cond = torch.randn(10, 6), torch.randn(10, 7)
     z, log_det = model.forward_transform(x, cond)
     torch.testing.assert_close(z.norm(dim=-1), x.norm(dim=-1), rtol=1e-5, atol=1e-5)  # product of orthogonal maps
@@ -72,7 +76,7 @@ def test_fits_linear_gaussian_system() -> None:
     actions = torch.rand(n, 1) * 2 - 1
     next_obs = obs + actions * b + sigma * torch.randn(n, 2)
     rewards = actions[:, 0] + reward_std * torch.randn(n)
-    model = FlowWorldModel(2, 1, hidden_dim=64)
+    model = make_world_model("flow", 2, 1, 64)
     model.update_normaliser(obs, actions, rewards[:, None], next_obs)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
@@ -101,12 +105,40 @@ def test_fits_linear_gaussian_system() -> None:
             assert grad.std() < 0.25
 
 
-@pytest.mark.parametrize("script, env_id", [("dsdpg_msmmd_sobolev.py", "PointMass-v0"), ("dsdpg_mmd_sobolev.py", "Hopper-v4"),
-                                            ("mage_huber_sobolev.py", "PointMass-v0"), ("mage_huber_sobolev.py", "Hopper-v4")])
+@pytest.mark.parametrize(
+    "script, env_id",
+    [
+        ("dsdpg_msmmd_sobolev.py", "PointMass-v0"),
+        ("dsdpg_mmd_sobolev.py", "Hopper-v4"),
+        ("mage_huber_sobolev.py", "PointMass-v0"),
+        ("mage_huber_sobolev.py", "Hopper-v4"),
+    ],
+)
 def test_scripts_run_with_the_flow(tmp_path, script, env_id) -> None:
-    flags = ["--world-model", "flow", "--env-id", env_id, "--total-timesteps", "150", "--learning-starts", "100",
-             "--hidden-dim", "16", "--wm-hidden-dim", "16", "--batch-size", "16", "--updates-per-step", "1",
-             "--eval-frequency", "150", "--eval-episodes", "1", "--contraction-frequency", "25"]
+    flags = [
+        "--world-model",
+        "flow",
+        "--env-id",
+        env_id,
+        "--total-timesteps",
+        "150",
+        "--learning-starts",
+        "100",
+        "--hidden-dim",
+        "16",
+        "--wm-hidden-dim",
+        "16",
+        "--batch-size",
+        "16",
+        "--updates-per-step",
+        "1",
+        "--eval-frequency",
+        "150",
+        "--eval-episodes",
+        "1",
+        "--contraction-frequency",
+        "25",
+    ]
     if script.startswith("dsdpg"):
         flags += ["--num-samples", "3", "--slice-steps", "2"] if "msmmd" in script else ["--num-samples", "3"]
     result = run_script(script, *flags, cwd=tmp_path)

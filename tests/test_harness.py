@@ -9,30 +9,46 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ROOT, load_benchmark
 from rliable import library
 
-from helpers import ROOT, load_benchmark
-
-TINY = ("--total-timesteps 60 --learning-starts 40 --hidden-dim 8 --wm-hidden-dim 8 --batch-size 16 "
-        "--updates-per-step 1 --eval-frequency 30 --eval-episodes 1")
-
+TINY = (
+    "--total-timesteps 60 --learning-starts 40 --hidden-dim 8 --wm-hidden-dim 8 --batch-size 16 "
+    "--updates-per-step 1 --eval-frequency 30 --eval-episodes 1"
+)
 
 
 aggregate = load_benchmark("aggregate")
 
 
 def run_tool(tool: str, *flags: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / tool), *flags], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / tool), *flags], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
-def write_summary(run_dir: Path, script: str, env: str, seed: int, steps: list[int], returns: list[float],
-                  with_nauc: bool = True, **noise) -> None:
+def write_summary(
+    run_dir: Path, script: str, env: str, seed: int, steps: list[int], returns: list[float], with_nauc: bool = True, **noise
+) -> None:
     run_dir.mkdir(parents=True)
-    args = {"exp_name": script, "env_id": env, "seed": seed, "obs_noise": "none", "obs_noise_scale": 0.2,
-            "dyn_noise": "none", "dyn_noise_std": None, "total_timesteps": steps[-1], **noise}
-    summary = {"final_eval_return": returns[-1], "eval_steps": steps, "eval_returns": returns,
-               "wall_time_s": 10.0 * seed, "args": args}
+    args = {
+        "exp_name": script,
+        "env_id": env,
+        "seed": seed,
+        "obs_noise": "none",
+        "obs_noise_scale": 0.2,
+        "dyn_noise": "none",
+        "dyn_noise_std": None,
+        "total_timesteps": steps[-1],
+        **noise,
+    }
+    summary = {
+        "final_eval_return": returns[-1],
+        "eval_steps": steps,
+        "eval_returns": returns,
+        "wall_time_s": 10.0 * seed,
+        "args": args,
+    }
     if with_nauc:
         summary["nauc"] = float(np.mean(returns))
     (run_dir / "summary.json").write_text(json.dumps(summary))
@@ -50,7 +66,7 @@ def reference_ci(values, n_boot: int, seed: int) -> tuple[float, float]:
 def interquartile_mean(values) -> float:
     """The mean of the middle 50%: the sorted values without the lowest and highest quarter (n // 4 each)."""
     values = np.sort(values)
-    return float(np.mean(values[len(values) // 4:len(values) - len(values) // 4]))
+    return float(np.mean(values[len(values) // 4 : len(values) - len(values) // 4]))
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -84,8 +100,10 @@ def test_interval_estimates_median_iqm_mean():
 
 def test_cis_shrink_with_more_seeds():
     draws = np.random.default_rng(1).normal(5.0, 2.0, 50)
-    few, many = aggregate.interval_estimates(draws[:5].tolist(), 1000, 0), aggregate.interval_estimates(
-        draws.tolist(), 1000, 0)
+    few, many = (
+        aggregate.interval_estimates(draws[:5].tolist(), 1000, 0),
+        aggregate.interval_estimates(draws.tolist(), 1000, 0),
+    )
     for name in ("median", "iqm", "mean"):
         for estimate, lo, hi in (few[name], many[name]):
             assert lo <= estimate <= hi
@@ -113,13 +131,11 @@ def test_aggregate_recovers_medians_cis_and_writes_figures(tmp_path):
                 run_dir = tmp_path / "grid" / script / noise / f"seed{seed}" / "runs" / f"r{seed}"
                 write_summary(run_dir, script, "PointMass-v0", seed, steps, returns, **flags)
     known = [1.0, 2.0, 4.0, 9.0]  # no nauc in the summary: recomputed as the curve's mean
-    write_summary(tmp_path / "grid" / "iqn" / "r1", "iqn", "Hopper-v4", 1, steps, known, with_nauc=False,
-                  dyn_noise="gauss")
+    write_summary(tmp_path / "grid" / "iqn" / "r1", "iqn", "Hopper-v4", 1, steps, known, with_nauc=False, dyn_noise="gauss")
     (tmp_path / "grid" / "iqn" / "unfinished").mkdir()
     (tmp_path / "grid" / "iqn" / "unfinished" / "checkpoint.pt").write_bytes(b"")
 
-    result = run_tool("aggregate.py", "grid", "--out", "out", "--bootstrap-samples", "500", "--seed", "3",
-                      cwd=tmp_path)
+    result = run_tool("aggregate.py", "grid", "--out", "out", "--bootstrap-samples", "500", "--seed", "3", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "1 unfinished run" in result.stderr
     out = tmp_path / "out"
@@ -143,8 +159,11 @@ def test_aggregate_recovers_medians_cis_and_writes_figures(tmp_path):
             assert float(row[f"{metric}_iqm"]) == pytest.approx(interquartile_mean(values))
             assert float(row[f"{metric}_mean"]) == pytest.approx(np.mean(values))
             for name in ("iqm", "mean"):
-                assert float(row[f"{metric}_{name}_ci_lo"]) <= float(row[f"{metric}_{name}"]) <= float(
-                    row[f"{metric}_{name}_ci_hi"])
+                assert (
+                    float(row[f"{metric}_{name}_ci_lo"])
+                    <= float(row[f"{metric}_{name}"])
+                    <= float(row[f"{metric}_{name}_ci_hi"])
+                )
     single = table[("iqn", "Hopper-v4", "gauss")]
     assert float(single["final_eval_return_ci_lo"]) == float(single["final_eval_return_ci_hi"]) == 9.0
     assert float(single["final_eval_return_iqm_ci_lo"]) == float(single["final_eval_return_mean_ci_hi"]) == 9.0
@@ -158,9 +177,19 @@ def test_aggregate_recovers_medians_cis_and_writes_figures(tmp_path):
 
 
 def test_curves_align_on_common_steps_and_mixed_settings_warn(capsys):
-    runs = [{"script": "s", "env": "e", "noise": "none", "seed": seed, "run_dir": str(seed), "eval_steps": steps,
-             "eval_returns": returns, "args": {"seed": seed, "total_timesteps": steps[-1]}}
-            for seed, steps, returns in ((1, [10, 20, 30], [1.0, 2.0, 3.0]), (2, [10, 20], [5.0, 6.0]))]
+    runs = [
+        {
+            "script": "s",
+            "env": "e",
+            "noise": "none",
+            "seed": seed,
+            "run_dir": str(seed),
+            "eval_steps": steps,
+            "eval_returns": returns,
+            "args": {"seed": seed, "total_timesteps": steps[-1]},
+        }
+        for seed, steps, returns in ((1, [10, 20, 30], [1.0, 2.0, 3.0]), (2, [10, 20], [5.0, 6.0]))
+    ]
     groups = aggregate.group_runs(runs)
     assert "differ in total_timesteps" in capsys.readouterr().err
     steps, returns = aggregate.align_curves(groups[("s", "e", "none")])
@@ -170,11 +199,16 @@ def test_curves_align_on_common_steps_and_mixed_settings_warn(capsys):
 def test_aggregate_bad_input(tmp_path):
     (tmp_path / "nothing").mkdir()
     cases = [("missing", "is not a directory"), ("nothing", "no summary.json")]
-    no_final_return = {"args": {"exp_name": "td3_huber", "env_id": "PointMass-v0", "seed": 2}, "eval_steps": [100],
-                       "eval_returns": [1.0]}
-    for name, content, reason in (("garbage", b"\x89\xff\x00garbage", "UnicodeDecodeError"),
-                                  ("empty", b"", "JSONDecodeError"),
-                                  ("keys", json.dumps(no_final_return).encode(), "no key 'final_eval_return'")):
+    no_final_return = {
+        "args": {"exp_name": "td3_huber", "env_id": "PointMass-v0", "seed": 2},
+        "eval_steps": [100],
+        "eval_returns": [1.0],
+    }
+    for name, content, reason in (
+        ("garbage", b"\x89\xff\x00garbage", "UnicodeDecodeError"),
+        ("empty", b"", "JSONDecodeError"),
+        ("keys", json.dumps(no_final_return).encode(), "no key 'final_eval_return'"),
+    ):
         write_summary(tmp_path / name / "good", "td3_huber", "PointMass-v0", 1, [100], [1.0])
         (tmp_path / name / "bad").mkdir()
         (tmp_path / name / "bad" / "summary.json").write_bytes(content)
@@ -188,8 +222,25 @@ def test_aggregate_bad_input(tmp_path):
 
 
 def grid(*flags: str, cwd: Path, seeds=("1", "2")) -> subprocess.CompletedProcess:
-    return run_tool("run_grid.py", "--scripts", "td3_huber.py", "--env-ids", "PointMass-v0", "--seeds", *seeds,
-                    "--common", TINY, "--grid-dir", "grid", "--workers", "2", "--threads-per-job", "1", *flags, cwd=cwd)
+    return run_tool(
+        "run_grid.py",
+        "--scripts",
+        "td3_huber.py",
+        "--env-ids",
+        "PointMass-v0",
+        "--seeds",
+        *seeds,
+        "--common",
+        TINY,
+        "--grid-dir",
+        "grid",
+        "--workers",
+        "2",
+        "--threads-per-job",
+        "1",
+        *flags,
+        cwd=cwd,
+    )
 
 
 def log_lines(cwd: Path) -> list[dict]:
@@ -206,8 +257,7 @@ def test_local_grid_runs_then_skips_then_resumes(tmp_path):
     assert [p.parts[-5:-3] for p in summaries(tmp_path)] == [("default", "seed1"), ("default", "seed2")]
     log = log_lines(tmp_path)
     assert sorted(r["job"] for r in log) == [f"td3_huber PointMass-v0 default seed{s}" for s in (1, 2)]
-    assert all(r["status"] == "ok" and r["returncode"] == 0 and "--seed" in r["command"] and r["seconds"] > 0
-               for r in log)
+    assert all(r["status"] == "ok" and r["returncode"] == 0 and "--seed" in r["command"] and r["seconds"] > 0 for r in log)
 
     again = grid(cwd=tmp_path)
     assert again.returncode == 0 and "2 skipped" in again.stdout and len(log_lines(tmp_path)) == 2
@@ -221,8 +271,20 @@ def test_local_grid_runs_then_skips_then_resumes(tmp_path):
 
     other = grid("--flag-sets", "", cwd=tmp_path, seeds=("1",))
     assert other.returncode == 0 and "1 skipped" in other.stdout
-    changed = run_tool("run_grid.py", "--scripts", "td3_huber", "--env-ids", "PointMass-v0", "--seeds", "1",
-                       "--common", "--total-timesteps 70", "--grid-dir", "grid", cwd=tmp_path)
+    changed = run_tool(
+        "run_grid.py",
+        "--scripts",
+        "td3_huber",
+        "--env-ids",
+        "PointMass-v0",
+        "--seeds",
+        "1",
+        "--common",
+        "--total-timesteps 70",
+        "--grid-dir",
+        "grid",
+        cwd=tmp_path,
+    )
     assert changed.returncode == 1 and "use another --grid-dir" in changed.stderr
 
 
@@ -236,8 +298,11 @@ def test_failed_job_is_reported(tmp_path):
 
 
 def test_bad_grid_flags_and_dry_run(tmp_path):
-    for flags, message in ((["--scripts", "nope"], "no script 'nope'"), (["--common", "--seed 3"], "set by the grid"),
-                           (["--workers", "0"], "--workers must be >= 1")):
+    for flags, message in (
+        (["--scripts", "nope"], "no script 'nope'"),
+        (["--common", "--seed 3"], "set by the grid"),
+        (["--workers", "0"], "--workers must be >= 1"),
+    ):
         result = run_tool("run_grid.py", "--env-ids", "PointMass-v0", *flags, cwd=tmp_path)
         assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
     dry = grid("--flag-sets", "", "--obs-noise mult", "--dry-run", cwd=tmp_path)
@@ -256,12 +321,15 @@ def test_submitit_local_grid(tmp_path):
 def test_split_by_gives_each_setting_its_own_group(tmp_path, capsys):
     for seed in (1, 2):
         for mode, final in (("replay", 8.0), ("model", 2.0)):
-            write_summary(tmp_path / mode / str(seed), "mage_huber_sobolev", "E", seed, [10, 20], [1.0, final + seed],
-                          dyna_reward=mode)
+            write_summary(
+                tmp_path / mode / str(seed), "mage_huber_sobolev", "E", seed, [10, 20], [1.0, final + seed], dyna_reward=mode
+            )
     merged = aggregate.group_runs(aggregate.load_runs(str(tmp_path)))
     assert list(merged) == [("mage_huber_sobolev", "E", "none")] and "differ in dyna_reward" in capsys.readouterr().err
     groups = aggregate.group_runs(aggregate.load_runs(str(tmp_path), ["dyna_reward"]))
-    assert list(groups) == [("mage_huber_sobolev[dyna_reward=model]", "E", "none"),
-                            ("mage_huber_sobolev[dyna_reward=replay]", "E", "none")]
+    assert list(groups) == [
+        ("mage_huber_sobolev[dyna_reward=model]", "E", "none"),
+        ("mage_huber_sobolev[dyna_reward=replay]", "E", "none"),
+    ]
     assert capsys.readouterr().err == ""
     assert [run["final_eval_return"] for run in groups[("mage_huber_sobolev[dyna_reward=replay]", "E", "none")]] == [9.0, 10.0]

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-
 import pointmass_env  # noqa: E402
 from pointmass_env import PointMassEnv  # noqa: E402
 
@@ -67,9 +66,7 @@ def test_register_guard_on_reimport():
 
 
 def test_bonus_locations_on_ring():
-    np.testing.assert_allclose(
-        PointMassEnv(num_bonus=4).bonus_locations, [[2, 0], [0, 2], [-2, 0], [0, -2]], atol=1e-12
-    )
+    np.testing.assert_allclose(PointMassEnv(num_bonus=4).bonus_locations, [[2, 0], [0, 2], [-2, 0], [0, -2]], atol=1e-12)
     np.testing.assert_allclose(PointMassEnv(num_bonus=3).bonus_locations, [[2, 0], [-1, SQRT3], [-1, -SQRT3]])
 
 

@@ -10,17 +10,29 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
-import td3_huber
 from helpers import error_lines, only_run_dir, read_scalars, read_summary, run_script
-from td3_huber import (
-    Args, Critic, GaussianDynamicsNoise, MultiplicativeObservationNoise, ReplayBatch, ReplayBuffer, RunningNormaliser,
-    WorldModel,
-    critic_loss, make_env, td_targets,
-)
 
-TINY = ["--learning-starts", "200", "--hidden-dim", "32", "--wm-hidden-dim", "32", "--updates-per-step", "2",
-        "--eval-frequency", "200", "--eval-episodes", "2", "--batch-size", "64"]
+import noise_wrappers
+import td3_huber
+from noise_wrappers import GaussianDynamicsNoise, MultiplicativeObservationNoise
+from td3_huber import Args, Critic, ReplayBatch, ReplayBuffer, RunningNormaliser, WorldModel, critic_loss, make_env, td_targets
+
+TINY = [
+    "--learning-starts",
+    "200",
+    "--hidden-dim",
+    "32",
+    "--wm-hidden-dim",
+    "32",
+    "--updates-per-step",
+    "2",
+    "--eval-frequency",
+    "200",
+    "--eval-episodes",
+    "2",
+    "--batch-size",
+    "64",
+]
 
 
 # ENV HELPERS
@@ -109,9 +121,9 @@ def test_gaussian_dynamics_noise_rejects_other_envs():
 
 
 def test_default_dyn_noise_std_per_env():
-    assert td3_huber.default_dyn_noise_std("HalfCheetah-v4") == 0.1
-    assert td3_huber.default_dyn_noise_std("Hopper-v5") == 5e-3
-    assert td3_huber.default_dyn_noise_std("PointMass-v0") == 1e-2
+    assert noise_wrappers.default_dyn_noise_std("HalfCheetah-v4") == 0.1
+    assert noise_wrappers.default_dyn_noise_std("Hopper-v5") == 5e-3
+    assert noise_wrappers.default_dyn_noise_std("PointMass-v0") == 1e-2
 
 
 # NETWORKS, TARGETS, LOSSES
@@ -260,15 +272,38 @@ def test_world_model_fits_a_known_stochastic_system():
 # END TO END
 def test_pointmass_run_logs_the_cleanrl_tags_and_writes_a_summary(tmp_path):
     result = run_script(
-        "td3_huber.py", "--env-id", "PointMass-v0", "--total-timesteps", "600", "--learning-starts", "200",
-        "--hidden-dim", "64", "--wm-hidden-dim", "64", "--updates-per-step", "2", "--eval-frequency", "200",
-        "--eval-episodes", "2", cwd=tmp_path,
+        "td3_huber.py",
+        "--env-id",
+        "PointMass-v0",
+        "--total-timesteps",
+        "600",
+        "--learning-starts",
+        "200",
+        "--hidden-dim",
+        "64",
+        "--wm-hidden-dim",
+        "64",
+        "--updates-per-step",
+        "2",
+        "--eval-frequency",
+        "200",
+        "--eval-episodes",
+        "2",
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     scalars = read_scalars(run_dir)
-    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "losses/qf_loss",
-                "losses/actor_loss", "losses/qf1_values", "losses/qf2_values", "losses/world_model_loss"]:
+    for tag in [
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "charts/SPS",
+        "losses/qf_loss",
+        "losses/actor_loss",
+        "losses/qf1_values",
+        "losses/qf2_values",
+        "losses/world_model_loss",
+    ]:
         assert scalars[tag], tag
     assert all(math.isfinite(v) for tag in scalars for _, v in scalars[tag])
     assert {v for _, v in scalars["charts/episodic_length"]} <= set(range(1, 26))
@@ -286,8 +321,19 @@ def test_pointmass_run_logs_the_cleanrl_tags_and_writes_a_summary(tmp_path):
 
 def test_model_free_mujoco_run_with_both_noises(tmp_path):
     result = run_script(
-        "td3_huber.py", "--env-id", "Hopper-v4", "--no-dyna", "--obs-noise", "mult", "--dyn-noise", "gauss",
-        "--total-timesteps", "400", "--save-model", *TINY, cwd=tmp_path,
+        "td3_huber.py",
+        "--env-id",
+        "Hopper-v4",
+        "--no-dyna",
+        "--obs-noise",
+        "mult",
+        "--dyn-noise",
+        "gauss",
+        "--total-timesteps",
+        "400",
+        "--save-model",
+        *TINY,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
@@ -299,6 +345,8 @@ def test_model_free_mujoco_run_with_both_noises(tmp_path):
     model = torch.load(run_dir / "model.pt", weights_only=True)
     actor = td3_huber.Actor(11, 3, 32)
     actor.load_state_dict(model["actor"])
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)  # --no-dyna builds no world model
+    assert "world_model" not in checkpoint and "wm_optimizer" not in checkpoint and checkpoint["global_step"] == 400
 
 
 def test_resume_continues_exactly_as_an_uninterrupted_run(tmp_path, monkeypatch):
@@ -313,8 +361,17 @@ def test_resume_continues_exactly_as_an_uninterrupted_run(tmp_path, monkeypatch)
         shutil.copy(path, tmp_path / f"kept_{state['global_step']}.pt")
 
     monkeypatch.setattr(td3_huber, "save_checkpoint", keep_every_checkpoint)
-    common = dict(env_id="PointMass-v0", total_timesteps=500, learning_starts=150, hidden_dim=32, wm_hidden_dim=32,
-                  updates_per_step=2, batch_size=32, eval_frequency=250, eval_episodes=2)
+    common = dict(
+        env_id="PointMass-v0",
+        total_timesteps=500,
+        learning_starts=150,
+        hidden_dim=32,
+        wm_hidden_dim=32,
+        updates_per_step=2,
+        batch_size=32,
+        eval_frequency=250,
+        eval_episodes=2,
+    )
     td3_huber.main(Args(**common, checkpoint_frequency=200))
     first_periodic = saved_steps[0]
     assert 200 <= first_periodic < 250 and saved_steps[-1] == 500
@@ -340,12 +397,13 @@ def test_resume_continues_exactly_as_an_uninterrupted_run(tmp_path, monkeypatch)
 def test_resuming_a_checkpoint_that_does_not_fit_the_networks_fails_in_one_line(tmp_path):
     """A checkpoint whose world model has other parameter names (as an older version of the script wrote: four
     normalisers) is refused with one line naming the checkpoint, not a traceback."""
-    result = run_script("td3_huber.py", "--env-id", "PointMass-v0", "--total-timesteps", "60",
-                        *TINY, cwd=tmp_path)
+    result = run_script("td3_huber.py", "--env-id", "PointMass-v0", "--total-timesteps", "60", *TINY, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     path = only_run_dir(tmp_path) / "checkpoint.pt"
     state = torch.load(path, weights_only=True)
-    state["world_model"] = {name.replace("normaliser.", "obs_normaliser."): value for name, value in state["world_model"].items()}
+    state["world_model"] = {
+        name.replace("normaliser.", "obs_normaliser."): value for name, value in state["world_model"].items()
+    }
     torch.save(state, path)
     result = run_script("td3_huber.py", "--resume", str(path), "--total-timesteps", "80", cwd=tmp_path)
     assert result.returncode == 1 and "Traceback" not in result.stderr
@@ -379,8 +437,9 @@ def test_bad_choice_gets_a_usage_error(tmp_path):
 
 
 def test_non_finite_loss_stops_with_a_checkpoint(tmp_path):
-    result = run_script("td3_huber.py", "--env-id", "PointMass-v0", "--total-timesteps", "600",
-                        "--learning-rate", "1e30", *TINY, cwd=tmp_path)
+    result = run_script(
+        "td3_huber.py", "--env-id", "PointMass-v0", "--total-timesteps", "600", "--learning-rate", "1e30", *TINY, cwd=tmp_path
+    )
     assert result.returncode == 1
     lines = error_lines(result)
     assert "non-finite loss at step" in lines[-1] and "Traceback" not in result.stderr

@@ -4,16 +4,30 @@ import json
 
 import pytest
 import torch
-
 from helpers import ROOT, run_script
 
 
 def test_timing_table_for_two_scripts(tmp_path):
     out = tmp_path / "timing.json"
-    result = run_script("benchmarks/timing.py", "--env-id", "PointMass-v0", "--learning-starts", "40", "--seconds", "0.2",
-                        "--scripts", "td3_huber", "dsdpg_msmmd_sobolev@world_model=flow,num_samples=3,slice_steps=2",
-                        "--script-flags", "hidden_dim=8", "wm_hidden_dim=8", "batch_size=16",
-                        "--out", str(out), cwd=tmp_path)
+    result = run_script(
+        "benchmarks/timing.py",
+        "--env-id",
+        "PointMass-v0",
+        "--learning-starts",
+        "40",
+        "--seconds",
+        "0.2",
+        "--scripts",
+        "td3_huber",
+        "dsdpg_msmmd_sobolev@world_model=flow,num_samples=3,slice_steps=2",
+        "--script-flags",
+        "hidden_dim=8",
+        "wm_hidden_dim=8",
+        "batch_size=16",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     table = json.loads(out.read_text())
     rows = {row["script"]: row for row in table["rows"]}
@@ -54,8 +68,10 @@ def test_dsdpg_critic_update_stays_at_its_arithmetic_floor(sobolev):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     timing = importlib.import_module("timing")
     module = importlib.import_module("dsdpg_mmd_sobolev")
-    args = timing.Args(env_id="PointMass-v0", script_flags=["hidden_dim=64", "wm_hidden_dim=256", "batch_size=32",
-                                                              "num_samples=4", f"sobolev={sobolev}"])
+    args = timing.Args(
+        env_id="PointMass-v0",
+        script_flags=["hidden_dim=64", "wm_hidden_dim=256", "batch_size=32", "num_samples=4", f"sobolev={sobolev}"],
+    )
     parts, floor = timing.critic_update_breakdown(module, args, [])
     total = sum(part["gflop"] for part in parts)
     assert floor <= total <= 1.1 * floor, (total, floor)

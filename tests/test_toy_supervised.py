@@ -18,8 +18,15 @@ SCRIPT = ROOT / "toy_supervised_sobolev.py"
 
 def tiny_args(out_dir: Path, **overrides) -> tss.Args:
     settings = dict(
-        out_dir=str(out_dir), cuda=False, num_steps=40, eval_frequency=20, batch_size=32, hidden_dim=32,
-        eval_points=16, eval_samples=8, num_points=(8,),
+        out_dir=str(out_dir),
+        cuda=False,
+        num_steps=40,
+        eval_frequency=20,
+        batch_size=32,
+        hidden_dim=32,
+        eval_points=16,
+        eval_samples=8,
+        num_points=(8,),
     )
     settings.update(overrides)
     return tss.Args(**settings)
@@ -200,9 +207,7 @@ def test_bad_values_are_reported(overrides, message):
 
 
 def test_bad_flag_value_exits_with_one_line():
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--input-noise", "-0.1"], capture_output=True, text=True, timeout=60
-    )
+    result = subprocess.run([sys.executable, str(SCRIPT), "--input-noise", "-0.1"], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--input-noise" in lines[0]

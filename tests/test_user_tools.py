@@ -8,24 +8,45 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import imageio
 import pytest
 import torch
-
 from helpers import ROOT, error_lines, only_run_dir, read_scalars, read_summary, read_wandb_run, run_script
 
-SCRIPTS = ["td3_huber.py", "mage_huber_sobolev.py", "mmd_critic.py", "iqn.py", "dsdpg_mmd_sobolev.py",
-           "dsdpg_msmmd_sobolev.py"]
-TINY = ["--env-id", "PointMass-v0", "--learning-starts", "100", "--hidden-dim", "16", "--wm-hidden-dim", "16",
-        "--batch-size", "16", "--updates-per-step", "1", "--eval-episodes", "2", "--contraction-frequency", "0"]
+SCRIPTS = [
+    "td3_huber.py",
+    "mage_huber_sobolev.py",
+    "mmd_critic.py",
+    "iqn.py",
+    "dsdpg_mmd_sobolev.py",
+    "dsdpg_msmmd_sobolev.py",
+]
+TINY = [
+    "--env-id",
+    "PointMass-v0",
+    "--learning-starts",
+    "100",
+    "--hidden-dim",
+    "16",
+    "--wm-hidden-dim",
+    "16",
+    "--batch-size",
+    "16",
+    "--updates-per-step",
+    "1",
+    "--eval-episodes",
+    "2",
+    "--contraction-frequency",
+    "0",
+]
 
 
 def train(cwd: Path, *flags: str, script: str = "td3_huber.py", env: dict | None = None) -> Path:
-    result = subprocess.run([sys.executable, str(ROOT / script), *TINY, *flags], cwd=cwd, capture_output=True,
-                            text=True, timeout=600, env=env)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / script), *TINY, *flags], cwd=cwd, capture_output=True, text=True, timeout=600, env=env
+    )
     assert result.returncode == 0, result.stderr
     return only_run_dir(cwd)
 
@@ -41,8 +62,7 @@ def video_frames(path: Path) -> tuple[int, tuple[int, ...]]:
 
 def test_track_writes_an_offline_wandb_run_with_the_eval_curve_and_videos(tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    run_dir = train(tmp_path, "--total-timesteps", "300", "--eval-frequency", "150", "--track", "--capture-video",
-                    env=env)
+    run_dir = train(tmp_path, "--total-timesteps", "300", "--eval-frequency", "150", "--track", "--capture-video", env=env)
     (run_file,) = (tmp_path / "runs" / "wandb").glob(f"offline-run-*-{run_dir.name}/run-{run_dir.name}.wandb")
     history, config = read_wandb_run(run_file)
     evals = [(row["global_step"], row["eval/episodic_return"]) for row in history if "eval/episodic_return" in row]
@@ -66,8 +86,13 @@ def test_capture_video_films_the_first_episode_of_every_evaluation(tmp_path):
 def mujoco_renders() -> str | None:
     """None if MuJoCo renders headless here, else why not."""
     probe = "import gymnasium as gym; e = gym.make('Hopper-v4', render_mode='rgb_array'); e.reset(seed=0); e.render()"
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")},
+    )
     return None if result.returncode == 0 else (result.stderr.strip().splitlines() or ["?"])[-1]
 
 
@@ -76,9 +101,19 @@ def test_capture_video_renders_mujoco_headless(tmp_path):
     if reason is not None:
         pytest.skip(f"MuJoCo cannot render headless on this machine: {reason}")
     flags = [f for f in TINY if f != "PointMass-v0"]
-    flags[flags.index("--env-id") + 1:flags.index("--env-id") + 1] = ["Hopper-v4"]
-    result = run_script("td3_huber.py", *flags, "--total-timesteps", "120", "--eval-frequency", "120",
-                        "--eval-episodes", "1", "--capture-video", cwd=tmp_path)
+    flags[flags.index("--env-id") + 1 : flags.index("--env-id") + 1] = ["Hopper-v4"]
+    result = run_script(
+        "td3_huber.py",
+        *flags,
+        "--total-timesteps",
+        "120",
+        "--eval-frequency",
+        "120",
+        "--eval-episodes",
+        "1",
+        "--capture-video",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     (video,) = (only_run_dir(tmp_path) / "videos").glob("*.mp4")
     frames, shape = video_frames(video)
@@ -87,8 +122,7 @@ def test_capture_video_renders_mujoco_headless(tmp_path):
 
 def test_evaluate_reproduces_the_final_evaluation_and_refuses_other_models(tmp_path):
     run_dir = train(tmp_path, "--total-timesteps", "250", "--eval-frequency", "250", "--save-model")
-    result = run_script("td3_huber.py", "--evaluate", str(run_dir), "--eval-episodes", "2", "--capture-video",
-                        cwd=tmp_path)
+    result = run_script("td3_huber.py", "--evaluate", str(run_dir), "--eval-episodes", "2", "--capture-video", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     evaluation = json.loads((run_dir / "evaluation.json").read_text())
     assert evaluation["model"].endswith("model.pt") and evaluation["episodes"] == 2
@@ -136,8 +170,15 @@ def test_resume_takes_a_run_folder_and_refuses_other_scripts_and_smaller_budgets
 
 
 def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(tmp_path):
-    command = [sys.executable, str(ROOT / "td3_huber.py"), *TINY, "--total-timesteps", "3000000",
-               "--eval-frequency", "1000000"]
+    command = [
+        sys.executable,
+        str(ROOT / "td3_huber.py"),
+        *TINY,
+        "--total-timesteps",
+        "3000000",
+        "--eval-frequency",
+        "1000000",
+    ]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     note = process.stdout.readline()  # printed at the 5th learning step: ms per step x 3M steps is hours
     process.send_signal(signal.SIGTERM)
@@ -156,8 +197,13 @@ def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(
 
 @pytest.mark.parametrize("script", ["td3_huber.py", "dsdpg_msmmd_sobolev.py"])
 def test_help_describes_the_script_and_prints_each_default_once(tmp_path, script):
-    result = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True,
-                            env={**os.environ, "COLUMNS": "200"}, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / script), "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        timeout=120,
+    )
     assert result.returncode == 0
     first_line = (ROOT / script).read_text().split('"""')[1].splitlines()[0]
     assert " ".join(first_line.split()[:6]) in " ".join(result.stdout.split())

@@ -1,0 +1,79 @@
+"""The blocks the six RL scripts share are meant to stay identical: a change made in one copy fails here until it is
+made in every copy (the copies are the price of scripts that each read, and copy, alone)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ["td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
+DISTRIBUTIONAL = ["mmd_critic", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
+DSDPG = ["dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
+
+# top-level function or class -> the scripts whose copies must be identical to the letter
+IDENTICAL = {
+    **{
+        name: SCRIPTS
+        for name in [
+            "make_env",
+            "EnsembleLinear",
+            "Actor",
+            "SkipMLP",
+            "RunningNormaliser",
+            "make_world_model",
+            "ReplayBatch",
+            "ReplayBuffer",
+            "dyna_rewards",
+            "contraction_factor",
+            "evaluate",
+            "save_checkpoint",
+            "fail",
+            "raise_keyboard_interrupt",
+            "open_run",
+        ]
+    },
+    "WorldModel": ["td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn"],
+    "Critic": DISTRIBUTIONAL,
+    "multiquadric_kernel": DISTRIBUTIONAL,
+    "mmd2": DISTRIBUTIONAL,
+    "truncate_top": DISTRIBUTIONAL + ["iqn"],
+    "check_args": ["mmd_critic", "dsdpg_mmd_sobolev"],
+    "log_update": ["td3_huber", "iqn"],
+    **{name: DSDPG for name in ["PerCopyPrior", "WorldModel_dsdpg", "sobolev_targets", "sobolev_samples"]},
+}
+
+
+def top_level_blocks(script: str) -> dict[str, str]:
+    """name -> source text of every top-level function and class of a script."""
+    source = (ROOT / f"{script}.py").read_text()
+    tree = ast.parse(source)
+    return {
+        node.name: ast.get_source_segment(source, node)
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+    }
+
+
+@pytest.mark.parametrize("name", sorted(IDENTICAL))
+def test_shared_blocks_are_identical_in_every_copy(name):
+    block = name.removesuffix("_dsdpg")
+    scripts = IDENTICAL[name]
+    copies = {script: top_level_blocks(script).get(block) for script in scripts}
+    missing = [script for script, text in copies.items() if text is None]
+    assert not missing, f"{block} is missing from {missing}"
+    reference = copies[scripts[0]]
+    differing = [script for script, text in copies.items() if text != reference]
+    assert not differing, f"{block} differs from {scripts[0]}.py's copy in {differing}"
+
+
+def test_the_check_fails_on_a_changed_copy(tmp_path, monkeypatch):
+    """The comparison sees a one-character change in one copy (so the test above can fail)."""
+    for script in SCRIPTS:
+        (tmp_path / f"{script}.py").write_text((ROOT / f"{script}.py").read_text())
+    changed = tmp_path / "iqn.py"
+    changed.write_text(changed.read_text().replace("clamp_min(self.min_std)", "clamp_min(self.min_std * 1)", 1))
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    test_shared_blocks_are_identical_in_every_copy("EnsembleLinear")
+    with pytest.raises(AssertionError, match="RunningNormaliser differs .* \\['iqn'\\]"):
+        test_shared_blocks_are_identical_in_every_copy("RunningNormaliser")
