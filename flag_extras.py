@@ -306,6 +306,8 @@ def evaluate_saved_model(args, script: ModuleType) -> None:
     """--evaluate: the saved actor over --eval-episodes deterministic episodes of its run's env, with the run's noise
     settings and evaluation seeds; mean +- std printed and written to evaluation.json beside the model."""
     args.evaluate = file_in_run(args.evaluate, "model.pt", "checkpoint.pt")
+    if args.resume is not None:  # so that check_args names the real conflict, not a missing file
+        args.resume = file_in_run(args.resume, "checkpoint.pt")
     script.check_args(args)
     saved = load_checkpoint(args.evaluate, script)
     try:
