@@ -1,12 +1,9 @@
 """MAGE: TD3 whose critics also fit the action-gradient of their target (deterministic Sobolev TD).
 
-The "Huber Sobolev" baseline of DSDPG (after D'Oro and Jaskowski 2020): td3_huber.py with the critic loss
-Huber(Q - y) + 5 x Huber(dQ/da - dy/da) summed over actions, y = r + gamma (1 - d) min_c Q'_c(s', a') from one world-model
-sample (s', r) differentiated w.r.t. the replay action a through reward, model, target actor and target critic.
+The "Huber Sobolev" baseline (after D'Oro and Jaskowski 2020): td3_huber.py with the loss Huber(Q - y) + 5 x Huber(dQ/da
+- dy/da), y = r + gamma (1 - d) min_c Q'_c(s', a') from one world-model sample (s', r), differentiated w.r.t. a.
 
-    python mage_huber_sobolev.py --env-id Walker2d-v4 --obs-noise mult
-
-The choices the paper leaves open, the outputs and the flags are in README.md.
+Usage, the choices the paper leaves open, the outputs and the flags: README.md.
 """
 
 import copy
@@ -516,22 +513,10 @@ def raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def log_update(
-    writer: SummaryWriter, args: Args, batch: dict[str, torch.Tensor], losses: dict[str, torch.Tensor], step: int
-) -> None:
-    """TensorBoard, every 100 steps: the last critic step's predictions and targets, and the latest losses."""
-    writer.add_scalar("losses/qf1_values", batch["predictions"][0, :, 0].mean().item(), step)
-    writer.add_scalar("losses/qf2_values", batch["predictions"][1, :, 0].mean().item(), step)
-    writer.add_scalar("losses/qf1_action_grad_norm", batch["predictions"][0, :, 1:].norm(dim=-1).mean(), step)
-    writer.add_scalar("losses/target_action_grad_norm", batch["targets"][:, 1:].norm(dim=-1).mean(), step)
-    for name, value in losses.items():
-        writer.add_scalar(f"losses/{name}", value.item(), step)
-
-
 def open_run(args: Args) -> tuple:
     """(the run's Args, its checkpoint with --resume or None, its folder, the training and evaluation envs, the wandb
     module with --track or None); a bad flag or file is a ValueError."""
-    checkpoint = None
+    checkpoint, wandb = None, None
     if args.resume is not None:
         from flag_extras import read_checkpoint
 
@@ -539,19 +524,150 @@ def open_run(args: Args) -> tuple:
     else:
         check_args(args)
         run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-    env = make_env(args)
+    env, eval_env = make_env(args), make_env(args)
     if args.capture_video:
         from flag_extras import make_video_env
 
         eval_env = make_video_env(args, make_env, os.path.join(run_dir, "videos"))
-    else:
-        eval_env = make_env(args)
-    wandb = None
     if args.track:
         from flag_extras import start_tracking
 
         wandb = start_tracking(args, run_dir)
     return args, checkpoint, run_dir, env, eval_env, wandb
+
+
+class Run:
+    """A run's bookkeeping around the algorithm: the progress bar, TensorBoard, periodic evaluation, checkpoints (at the
+    first episode end after every --checkpoint-frequency steps, at the end, on Ctrl-C or SIGTERM), the NaN guard and
+    summary.json. A checkpoint holds every object of `stateful` by name, the step, the counters and the RNG states."""
+
+    def __init__(self, args: Args, run_dir: str, checkpoint: dict | None, stateful: dict, envs: tuple, wandb, device):
+        self.args, self.run_dir, self.stateful, self.device, self.wandb = args, run_dir, stateful, device, wandb
+        self.env, self.eval_env = envs
+        self.checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+        self.start_step, self.num_critic_updates, self.eval_steps, self.eval_returns, self.previous_wall_time = (
+            0,
+            0,
+            [],
+            [],
+            0.0,
+        )
+        if checkpoint is not None:  # --resume: every state and RNG as they were
+            from flag_extras import restore
+
+            counters = restore(checkpoint, stateful, self.env, device)
+            self.start_step, self.num_critic_updates, self.eval_steps, self.eval_returns, self.previous_wall_time = counters
+        self.writer = SummaryWriter(run_dir, purge_step=self.start_step if checkpoint is not None else None)
+        if checkpoint is None:
+            table = "\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])
+            self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+        self.last_checkpoint_step, self.sps = self.start_step, 0
+        self.start_time = self.learning_start_time = time.time()
+        steps = range(self.start_step, args.total_timesteps)
+        self.progress = tqdm(steps, initial=self.start_step, total=args.total_timesteps, desc=args.exp_name, mininterval=1.0)
+        signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+
+    def state(self, next_step: int) -> dict:
+        """Everything a resumed run needs: tensors and plain Python values only (loads with weights_only=True)."""
+        counters = dict(global_step=next_step, num_critic_updates=self.num_critic_updates, eval_steps=self.eval_steps)
+        counters.update(eval_returns=self.eval_returns, wall_time_s=self.previous_wall_time + time.time() - self.start_time)
+        rng = dict(torch_rng=torch.get_rng_state(), env_rng=self.env.unwrapped.np_random.bit_generator.state)
+        rng["cuda_rng"] = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        states = {name: state.state_dict() for name, state in self.stateful.items()}
+        return {"script": os.path.basename(__file__), "args": asdict(self.args), **counters, **states, **rng}
+
+    def log_episode(self, info: dict, step: int) -> None:
+        if "episode" in info:
+            self.writer.add_scalar("charts/episodic_return", info["episode"]["r"], step)
+            self.writer.add_scalar("charts/episodic_length", info["episode"]["l"], step)
+
+    def check_finite(self, losses: dict[str, torch.Tensor], step: int) -> None:
+        """Stop at a non-finite loss, checked every 100 steps and at the last (the loop's one host sync), saving the
+        state to nonfinite_checkpoint.pt for inspection."""
+        checked = step % 100 == 0 or step + 1 == self.args.total_timesteps
+        if checked and not torch.isfinite(torch.stack(list(losses.values()))).all():
+            bad = ", ".join(f"{name}={value.item()}" for name, value in losses.items())
+            path = os.path.join(self.run_dir, "nonfinite_checkpoint.pt")
+            save_checkpoint(path, self.state(step + 1))
+            fail(f"non-finite loss at step {step} (checked every 100 steps; {bad}); state saved to {path}")
+
+    def log_speed(self, step: int) -> None:
+        """SPS every 100 steps; on a CPU, after 5 learning steps, what the run will cost (flag_extras.cpu_cost_note)."""
+        if step % 100 == 0:
+            self.sps = int((step + 1 - self.start_step) / (time.time() - self.start_time))
+            self.writer.add_scalar("charts/SPS", self.sps, step)
+            self.progress.set_postfix(SPS=self.sps, eval=self.eval_returns[-1] if self.eval_returns else None, refresh=False)
+        if step == self.args.learning_starts:
+            self.learning_start_time = time.time()
+        elif step == self.args.learning_starts + 5 and self.device.type == "cpu":
+            with suppress(ImportError):  # advice only: a script copied alone runs without it
+                from flag_extras import cpu_cost_note
+
+                seconds_per_step = (time.time() - self.learning_start_time) / 5
+                cpu_cost_note(self.progress, seconds_per_step, self.args.total_timesteps - step, __file__)
+
+    def evaluate_if_due(self, actor: Actor, step: int) -> None:
+        """Every --eval-frequency steps and at the end: the deterministic policy on the same evaluation seeds."""
+        if (step + 1) % self.args.eval_frequency != 0 and step + 1 != self.args.total_timesteps:
+            return
+        if self.args.capture_video:
+            self.eval_env.name_prefix = f"eval-step-{step + 1}"  # the evaluation's first episode is filmed
+        returns = evaluate(actor, self.eval_env, self.args.eval_episodes, self.args.seed + 100_000, self.device)
+        self.eval_steps.append(step + 1)
+        self.eval_returns.append(float(np.mean(returns)))
+        self.writer.add_scalar("eval/episodic_return", self.eval_returns[-1], step + 1)
+        if self.args.capture_video and self.wandb is not None:
+            from flag_extras import log_eval_video
+
+            log_eval_video(self.wandb, self.run_dir, step + 1)
+        self.progress.set_postfix(SPS=self.sps, eval=self.eval_returns[-1], refresh=False)
+
+    def checkpoint_if_due(self, step: int) -> None:
+        """At an episode end, once --checkpoint-frequency steps have passed: a resumed run continues as if never stopped."""
+        if self.args.checkpoint_frequency and step + 1 - self.last_checkpoint_step >= self.args.checkpoint_frequency:
+            save_checkpoint(self.checkpoint_path, self.state(step + 1))
+            self.last_checkpoint_step = step + 1
+
+    def interrupted(self, step: int) -> None:
+        save_checkpoint(self.checkpoint_path, self.state(step))
+        self.writer.close()
+        self.progress.close()
+        fail(f"interrupted at step {step}; resume with --resume {self.checkpoint_path}")
+
+    def finish(self, model: dict[str, nn.Module]) -> None:
+        """The last checkpoint, model.pt (--save-model), summary.json."""
+        self.progress.close()
+        args, returns = self.args, self.eval_returns
+        save_checkpoint(self.checkpoint_path, self.state(args.total_timesteps))
+        if args.save_model:
+            weights = {name: network.state_dict() for name, network in model.items()}
+            torch.save(
+                {"script": os.path.basename(__file__), **weights, "args": asdict(args)}, os.path.join(self.run_dir, "model.pt")
+            )
+        summary = dict(
+            final_eval_return=returns[-1], eval_steps=self.eval_steps, eval_returns=returns, nauc=float(np.mean(returns))
+        )
+        summary.update(wall_time_s=self.previous_wall_time + time.time() - self.start_time, args=asdict(args))
+        with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+        print(f"final eval return {summary['final_eval_return']:.2f}, nAUC {summary['nauc']:.2f}; outputs in {self.run_dir}")
+        for closing in (self.env, self.eval_env, self.writer):
+            closing.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def log_update(
+    writer: SummaryWriter, args: Args, batch: dict[str, torch.Tensor], losses: dict[str, torch.Tensor], step: int
+) -> None:
+    """TensorBoard, every 100 steps: the last critic step's predictions and targets, and the latest losses."""
+    q_values = batch["predictions"][..., 0]  # (2, B)
+    writer.add_scalar("losses/qf1_values", q_values[0].mean().item(), step)
+    writer.add_scalar("losses/qf2_values", q_values[1].mean().item(), step)
+    writer.add_scalar("losses/qf1_action_grad_norm", batch["predictions"][0, :, 1:].norm(dim=-1).mean(), step)
+    writer.add_scalar("losses/target_action_grad_norm", batch["targets"][:, 1:].norm(dim=-1).mean(), step)
+    for name, value in losses.items():
+        writer.add_scalar(f"losses/{name}", value.item(), step)
 
 
 def main(args: Args) -> None:
@@ -564,7 +680,6 @@ def main(args: Args) -> None:
     except ValueError as error:
         fail(str(error))
     os.makedirs(run_dir, exist_ok=True)
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -637,57 +752,15 @@ def main(args: Args) -> None:
 
         update_critic, update_actor = CudaGraphStep(update_critic), CudaGraphStep(update_actor)
 
-    start_step, num_critic_updates, previous_wall_time = 0, 0, 0.0
-    eval_steps: list[int] = []
-    eval_returns: list[float] = []
     obs, _ = env.reset(seed=args.seed)
-    if checkpoint is not None:
-        from flag_extras import restore
-
-        start_step, num_critic_updates, eval_steps, eval_returns, previous_wall_time = restore(
-            checkpoint, stateful, env, device
-        )
+    run = Run(args, run_dir, checkpoint, stateful, (env, eval_env), wandb, device)
+    if checkpoint is not None:  # a resumed run starts a fresh episode
         obs, _ = env.reset()
-
-    def training_state(next_step: int) -> dict:
-        """Everything a resumed run needs: tensors and plain Python values only (loads with weights_only=True)."""
-        return {
-            "script": os.path.basename(__file__),
-            "args": asdict(args),
-            "global_step": next_step,
-            "num_critic_updates": num_critic_updates,
-            **{name: state.state_dict() for name, state in stateful.items()},
-            "eval_steps": eval_steps,
-            "eval_returns": eval_returns,
-            "wall_time_s": previous_wall_time + time.time() - start_time,
-            "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-            "env_rng": env.unwrapped.np_random.bit_generator.state,
-        }
-
-    writer = SummaryWriter(run_dir, purge_step=start_step if checkpoint is not None else None)
-    if checkpoint is None:
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-        )
-
     losses: dict[str, torch.Tensor] = {}
     monitor_contraction = args.contraction_frequency > 0
-    last_checkpoint_step, sps = start_step, 0
-    start_time = learning_start_time = time.time()
-    progress = tqdm(
-        range(start_step, args.total_timesteps),
-        initial=start_step,
-        total=args.total_timesteps,
-        desc=args.exp_name,
-        mininterval=1.0,
-        dynamic_ncols=True,
-    )
-    global_step = start_step
-    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+    global_step = run.start_step
     try:
-        for global_step in progress:
+        for global_step in run.progress:
             # ALGO LOGIC: put action logic here
             if global_step < args.learning_starts:
                 action = torch.rand(act_dim) * 2.0 - 1.0
@@ -699,9 +772,7 @@ def main(args: Args) -> None:
 
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, reward, terminated, truncated, info = env.step(action)
-            if "episode" in info:
-                writer.add_scalar("charts/episodic_return", info["episode"]["r"], global_step)
-                writer.add_scalar("charts/episodic_length", info["episode"]["l"], global_step)
+            run.log_episode(info, global_step)
 
             # TRY NOT TO MODIFY: save data to the replay buffer; next_obs is the true final observation at episode ends
             obs_t = torch.as_tensor(obs, device=device)
@@ -725,95 +796,29 @@ def main(args: Args) -> None:
             if global_step >= args.learning_starts:
                 for _ in range(args.updates_per_step):
                     batch = update_critic()
-                    num_critic_updates += 1
+                    run.num_critic_updates += 1
                     losses["qf_loss"] = batch["qf_loss"]
-                    if num_critic_updates % args.policy_frequency == 0:
+                    if run.num_critic_updates % args.policy_frequency == 0:
                         losses["actor_loss"] = update_actor(batch["obs"])
-
-                checked = global_step % 100 == 0 or global_step + 1 == args.total_timesteps  # the loop's one host sync
-                if checked and not torch.isfinite(torch.stack(list(losses.values()))).all():
-                    bad = ", ".join(f"{name}={value.item()}" for name, value in losses.items())
-                    nonfinite_path = os.path.join(run_dir, "nonfinite_checkpoint.pt")
-                    save_checkpoint(nonfinite_path, training_state(global_step + 1))
-                    fail(
-                        f"non-finite loss at step {global_step} (checked every 100 steps; {bad}); state saved to {nonfinite_path}"
-                    )
-
+                run.check_finite(losses, global_step)
                 if global_step % 100 == 0:
-                    log_update(writer, args, batch, losses, global_step)
-            if global_step % 100 == 0:
-                sps = int((global_step + 1 - start_step) / (time.time() - start_time))
-                writer.add_scalar("charts/SPS", sps, global_step)
-                progress.set_postfix(SPS=sps, eval=eval_returns[-1] if eval_returns else None, refresh=False)
-            if global_step == args.learning_starts:
-                learning_start_time = time.time()
-            elif global_step == args.learning_starts + 5 and device.type == "cpu":  # what the run will cost on this CPU
-                with suppress(ImportError):  # advice only: a script copied alone runs without it
-                    from flag_extras import cpu_cost_note
-
-                    cpu_cost_note(
-                        progress, (time.time() - learning_start_time) / 5, args.total_timesteps - global_step, __file__
-                    )
+                    log_update(run.writer, args, batch, losses, global_step)
+            run.log_speed(global_step)
 
             if monitor_contraction and global_step >= args.learning_starts and global_step % args.contraction_frequency == 0:
                 with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # training draws stay the same
                     data = rb.sample(args.batch_size)
                     factors = contraction_factor(data.obs, data.actions, world_model, target_actor, args.gamma)  # (B,)
-                writer.add_scalar("charts/contraction_gamma_kappa", factors.median().item(), global_step)
-                writer.add_scalar("charts/contraction_gamma_kappa_max", factors.max().item(), global_step)
+                run.writer.add_scalar("charts/contraction_gamma_kappa", factors.median().item(), global_step)
+                run.writer.add_scalar("charts/contraction_gamma_kappa_max", factors.max().item(), global_step)
 
-            if (global_step + 1) % args.eval_frequency == 0 or global_step + 1 == args.total_timesteps:
-                if args.capture_video:
-                    eval_env.name_prefix = f"eval-step-{global_step + 1}"  # the evaluation's first episode is filmed
-                eval_return = float(np.mean(evaluate(actor, eval_env, args.eval_episodes, args.seed + 100_000, device)))
-                eval_steps.append(global_step + 1)
-                eval_returns.append(eval_return)
-                writer.add_scalar("eval/episodic_return", eval_return, global_step + 1)
-                if args.capture_video and wandb is not None:
-                    from flag_extras import log_eval_video
-
-                    log_eval_video(wandb, run_dir, global_step + 1)
-                progress.set_postfix(SPS=sps, eval=eval_return, refresh=False)
-
+            run.evaluate_if_due(actor, global_step)
             if terminated or truncated:
-                if args.checkpoint_frequency and global_step + 1 - last_checkpoint_step >= args.checkpoint_frequency:
-                    save_checkpoint(checkpoint_path, training_state(global_step + 1))
-                    last_checkpoint_step = global_step + 1
+                run.checkpoint_if_due(global_step)
                 obs, _ = env.reset()
     except KeyboardInterrupt:
-        save_checkpoint(checkpoint_path, training_state(global_step))
-        writer.close()
-        fail(f"interrupted at step {global_step}; resume with --resume {checkpoint_path}")
-    finally:
-        progress.close()
-
-    save_checkpoint(checkpoint_path, training_state(args.total_timesteps))
-    if args.save_model:
-        torch.save(
-            {
-                "script": os.path.basename(__file__),
-                "actor": actor.state_dict(),
-                "critic": critic.state_dict(),
-                "args": asdict(args),
-            },
-            os.path.join(run_dir, "model.pt"),
-        )
-    summary = {
-        "final_eval_return": eval_returns[-1],
-        "eval_steps": eval_steps,
-        "eval_returns": eval_returns,
-        "nauc": float(np.mean(eval_returns)),
-        "wall_time_s": previous_wall_time + time.time() - start_time,
-        "args": asdict(args),
-    }
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    print(f"final eval return {summary['final_eval_return']:.2f}, nAUC {summary['nauc']:.2f}; outputs in {run_dir}")
-    env.close()
-    eval_env.close()
-    writer.close()
-    if wandb is not None:
-        wandb.finish()
+        run.interrupted(global_step)
+    run.finish({"actor": actor, "critic": critic})
 
 
 if __name__ == "__main__":

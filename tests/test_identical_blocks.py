@@ -30,6 +30,7 @@ IDENTICAL = {
             "save_checkpoint",
             "fail",
             "raise_keyboard_interrupt",
+            "Run",
             "open_run",
         ]
     },
@@ -39,7 +40,6 @@ IDENTICAL = {
     "mmd2": DISTRIBUTIONAL,
     "truncate_top": DISTRIBUTIONAL + ["iqn"],
     "check_args": ["mmd_critic", "dsdpg_mmd_sobolev"],
-    "log_update": ["td3_huber", "iqn"],
     **{name: DSDPG for name in ["PerCopyPrior", "WorldModel_dsdpg", "sobolev_targets", "sobolev_samples"]},
 }
 
