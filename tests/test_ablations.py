@@ -86,30 +86,11 @@ def test_without_double_q_the_target_uses_critic_one(name):
 
 def test_the_monitor_is_logged_and_leaves_training_unchanged(tmp_path):
     common = [
-        "--env-id",
-        "PointMass-v0",
-        "--total-timesteps",
-        "160",
-        "--learning-starts",
-        "100",
-        "--hidden-dim",
-        "16",
-        "--wm-hidden-dim",
-        "16",
-        "--batch-size",
-        "16",
-        "--updates-per-step",
-        "1",
-        "--eval-frequency",
-        "80",
-        "--eval-episodes",
-        "2",
-        "--num-samples",
-        "3",
-        "--num-samples-policy",
-        "2",
-        "--slice-steps",
-        "2",
+        *(
+            "--env-id PointMass-v0 --total-timesteps 160 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 "
+            "--batch-size 16 --updates-per-step 1 --eval-frequency 80 --eval-episodes 2 --num-samples 3 "
+            "--num-samples-policy 2 --slice-steps 2"
+        ).split()
     ]
     returns = {}
     for frequency in ("20", "0"):
@@ -213,30 +194,11 @@ def test_complete_sobolev_runs_end_to_end(tmp_path, env_id):
         "dsdpg_msmmd_sobolev.py",
         "--env-id",
         env_id,
-        "--sobolev",
-        "complete",
-        "--total-timesteps",
-        "150",
-        "--learning-starts",
-        "100",
-        "--hidden-dim",
-        "16",
-        "--wm-hidden-dim",
-        "16",
-        "--batch-size",
-        "16",
-        "--updates-per-step",
-        "1",
-        "--eval-frequency",
-        "150",
-        "--eval-episodes",
-        "1",
-        "--num-samples",
-        "3",
-        "--slice-steps",
-        "2",
-        "--truncation",
-        "0",
+        *(
+            "--sobolev complete --total-timesteps 150 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 "
+            "--batch-size 16 --updates-per-step 1 --eval-frequency 150 --eval-episodes 1 --num-samples 3 "
+            "--slice-steps 2 --truncation 0"
+        ).split(),
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
@@ -255,22 +217,10 @@ def test_overestimation_ablations_run_end_to_end(tmp_path, script, flags, env_id
         *flags,
         "--env-id",
         env_id,
-        "--total-timesteps",
-        "150",
-        "--learning-starts",
-        "100",
-        "--hidden-dim",
-        "16",
-        "--wm-hidden-dim",
-        "16",
-        "--batch-size",
-        "16",
-        "--updates-per-step",
-        "1",
-        "--eval-frequency",
-        "150",
-        "--eval-episodes",
-        "1",
+        *(
+            "--total-timesteps 150 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 --batch-size 16 "
+            "--updates-per-step 1 --eval-frequency 150 --eval-episodes 1"
+        ).split(),
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
@@ -284,30 +234,11 @@ def test_compile_flag_trains_like_eager(tmp_path):
     """--compile (torch.compile of the actor and the world-model loss) runs on the CPU and gives the eager run's numbers
     up to floating-point reassociation."""
     common = [
-        "--env-id",
-        "PointMass-v0",
-        "--total-timesteps",
-        "120",
-        "--learning-starts",
-        "100",
-        "--hidden-dim",
-        "16",
-        "--wm-hidden-dim",
-        "16",
-        "--batch-size",
-        "16",
-        "--updates-per-step",
-        "1",
-        "--eval-frequency",
-        "120",
-        "--eval-episodes",
-        "1",
-        "--num-samples",
-        "3",
-        "--slice-steps",
-        "2",
-        "--contraction-frequency",
-        "0",
+        *(
+            "--env-id PointMass-v0 --total-timesteps 120 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 "
+            "--batch-size 16 --updates-per-step 1 --eval-frequency 120 --eval-episodes 1 --num-samples 3 "
+            "--slice-steps 2 --contraction-frequency 0"
+        ).split()
     ]
     losses = {}
     for flag in ("--compile", "--no-compile"):

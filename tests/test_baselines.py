@@ -12,26 +12,10 @@ import iqn
 import mmd_critic
 
 TINY = [
-    "--total-timesteps",
-    "200",
-    "--learning-starts",
-    "100",
-    "--hidden-dim",
-    "16",
-    "--wm-hidden-dim",
-    "16",
-    "--updates-per-step",
-    "2",
-    "--batch-size",
-    "16",
-    "--num-samples",
-    "4",
-    "--num-samples-policy",
-    "3",
-    "--eval-frequency",
-    "100",
-    "--eval-episodes",
-    "2",
+    *(
+        "--total-timesteps 200 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 --updates-per-step 2 "
+        "--batch-size 16 --num-samples 4 --num-samples-policy 3 --eval-frequency 100 --eval-episodes 2"
+    ).split()
 ]
 
 

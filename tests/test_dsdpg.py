@@ -15,22 +15,10 @@ import dsdpg_msmmd_sobolev as dsdpg_ms
 import mage_huber_sobolev as mage
 
 TINY = [
-    "--total-timesteps",
-    "200",
-    "--learning-starts",
-    "100",
-    "--hidden-dim",
-    "16",
-    "--wm-hidden-dim",
-    "16",
-    "--updates-per-step",
-    "2",
-    "--batch-size",
-    "16",
-    "--eval-frequency",
-    "100",
-    "--eval-episodes",
-    "2",
+    *(
+        "--total-timesteps 200 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 --updates-per-step 2 "
+        "--batch-size 16 --eval-frequency 100 --eval-episodes 2"
+    ).split()
 ]
 TINY_FLAGS = {
     "mage_huber_sobolev.py": TINY,

@@ -119,26 +119,11 @@ def test_target_gradients_are_central_differences_of_the_model_reward_target(nam
 @pytest.mark.parametrize("script", ["td3_huber.py", "dsdpg_msmmd_sobolev.py"])
 def test_both_modes_run_end_to_end_and_differ(tmp_path, script):
     flags = [
-        "--env-id",
-        "PointMass-v0",
-        "--total-timesteps",
-        "150",
-        "--learning-starts",
-        "100",
-        "--hidden-dim",
-        "16",
-        "--wm-hidden-dim",
-        "16",
-        "--batch-size",
-        "16",
-        "--updates-per-step",
-        "1",
-        "--eval-frequency",
-        "150",
-        "--eval-episodes",
-        "1",
-        "--contraction-frequency",
-        "0",
+        *(
+            "--env-id PointMass-v0 --total-timesteps 150 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 "
+            "--batch-size 16 --updates-per-step 1 --eval-frequency 150 --eval-episodes 1 --contraction-frequency "
+            "0"
+        ).split()
     ]
     if "dsdpg" in script:
         flags += ["--num-samples", "3", "--num-samples-policy", "2", "--noise-dim", "4", "--slice-steps", "2"]

@@ -120,24 +120,10 @@ def test_scripts_run_with_the_flow(tmp_path, script, env_id) -> None:
         "flow",
         "--env-id",
         env_id,
-        "--total-timesteps",
-        "150",
-        "--learning-starts",
-        "100",
-        "--hidden-dim",
-        "16",
-        "--wm-hidden-dim",
-        "16",
-        "--batch-size",
-        "16",
-        "--updates-per-step",
-        "1",
-        "--eval-frequency",
-        "150",
-        "--eval-episodes",
-        "1",
-        "--contraction-frequency",
-        "25",
+        *(
+            "--total-timesteps 150 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 --batch-size 16 "
+            "--updates-per-step 1 --eval-frequency 150 --eval-episodes 1 --contraction-frequency 25"
+        ).split(),
     ]
     if script.startswith("dsdpg"):
         flags += ["--num-samples", "3", "--slice-steps", "2"] if "msmmd" in script else ["--num-samples", "3"]

@@ -223,21 +223,11 @@ def test_aggregate_bad_input(tmp_path):
 
 def grid(*flags: str, cwd: Path, seeds=("1", "2")) -> subprocess.CompletedProcess:
     return run_tool(
-        "run_grid.py",
-        "--scripts",
-        "td3_huber.py",
-        "--env-ids",
-        "PointMass-v0",
-        "--seeds",
+        *"run_grid.py --scripts td3_huber.py --env-ids PointMass-v0 --seeds".split(),
         *seeds,
         "--common",
         TINY,
-        "--grid-dir",
-        "grid",
-        "--workers",
-        "2",
-        "--threads-per-job",
-        "1",
+        *"--grid-dir grid --workers 2 --threads-per-job 1".split(),
         *flags,
         cwd=cwd,
     )
@@ -272,14 +262,7 @@ def test_local_grid_runs_then_skips_then_resumes(tmp_path):
     other = grid("--flag-sets", "", cwd=tmp_path, seeds=("1",))
     assert other.returncode == 0 and "1 skipped" in other.stdout
     changed = run_tool(
-        "run_grid.py",
-        "--scripts",
-        "td3_huber",
-        "--env-ids",
-        "PointMass-v0",
-        "--seeds",
-        "1",
-        "--common",
+        *"run_grid.py --scripts td3_huber --env-ids PointMass-v0 --seeds 1 --common".split(),
         "--total-timesteps 70",
         "--grid-dir",
         "grid",

@@ -18,20 +18,10 @@ from noise_wrappers import GaussianDynamicsNoise, MultiplicativeObservationNoise
 from td3_huber import Args, Critic, ReplayBatch, ReplayBuffer, RunningNormaliser, WorldModel, critic_loss, make_env, td_targets
 
 TINY = [
-    "--learning-starts",
-    "200",
-    "--hidden-dim",
-    "32",
-    "--wm-hidden-dim",
-    "32",
-    "--updates-per-step",
-    "2",
-    "--eval-frequency",
-    "200",
-    "--eval-episodes",
-    "2",
-    "--batch-size",
-    "64",
+    *(
+        "--learning-starts 200 --hidden-dim 32 --wm-hidden-dim 32 --updates-per-step 2 --eval-frequency 200 "
+        "--eval-episodes 2 --batch-size 64"
+    ).split()
 ]
 
 
@@ -272,23 +262,10 @@ def test_world_model_fits_a_known_stochastic_system():
 # END TO END
 def test_pointmass_run_logs_the_cleanrl_tags_and_writes_a_summary(tmp_path):
     result = run_script(
-        "td3_huber.py",
-        "--env-id",
-        "PointMass-v0",
-        "--total-timesteps",
-        "600",
-        "--learning-starts",
-        "200",
-        "--hidden-dim",
-        "64",
-        "--wm-hidden-dim",
-        "64",
-        "--updates-per-step",
-        "2",
-        "--eval-frequency",
-        "200",
-        "--eval-episodes",
-        "2",
+        *(
+            "td3_huber.py --env-id PointMass-v0 --total-timesteps 600 --learning-starts 200 --hidden-dim 64 "
+            "--wm-hidden-dim 64 --updates-per-step 2 --eval-frequency 200 --eval-episodes 2"
+        ).split(),
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
@@ -321,17 +298,9 @@ def test_pointmass_run_logs_the_cleanrl_tags_and_writes_a_summary(tmp_path):
 
 def test_model_free_mujoco_run_with_both_noises(tmp_path):
     result = run_script(
-        "td3_huber.py",
-        "--env-id",
-        "Hopper-v4",
-        "--no-dyna",
-        "--obs-noise",
-        "mult",
-        "--dyn-noise",
-        "gauss",
-        "--total-timesteps",
-        "400",
-        "--save-model",
+        *(
+            "td3_huber.py --env-id Hopper-v4 --no-dyna --obs-noise mult --dyn-noise gauss --total-timesteps 400 --save-model"
+        ).split(),
         *TINY,
         cwd=tmp_path,
     )

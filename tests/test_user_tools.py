@@ -24,22 +24,10 @@ SCRIPTS = [
     "dsdpg_msmmd_sobolev.py",
 ]
 TINY = [
-    "--env-id",
-    "PointMass-v0",
-    "--learning-starts",
-    "100",
-    "--hidden-dim",
-    "16",
-    "--wm-hidden-dim",
-    "16",
-    "--batch-size",
-    "16",
-    "--updates-per-step",
-    "1",
-    "--eval-episodes",
-    "2",
-    "--contraction-frequency",
-    "0",
+    *(
+        "--env-id PointMass-v0 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 --batch-size 16 "
+        "--updates-per-step 1 --eval-episodes 2 --contraction-frequency 0"
+    ).split()
 ]
 
 
@@ -105,13 +93,7 @@ def test_capture_video_renders_mujoco_headless(tmp_path):
     result = run_script(
         "td3_huber.py",
         *flags,
-        "--total-timesteps",
-        "120",
-        "--eval-frequency",
-        "120",
-        "--eval-episodes",
-        "1",
-        "--capture-video",
+        *"--total-timesteps 120 --eval-frequency 120 --eval-episodes 1 --capture-video".split(),
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
@@ -174,10 +156,7 @@ def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(
         sys.executable,
         str(ROOT / "td3_huber.py"),
         *TINY,
-        "--total-timesteps",
-        "3000000",
-        "--eval-frequency",
-        "1000000",
+        *"--total-timesteps 3000000 --eval-frequency 1000000".split(),
     ]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     note = process.stdout.readline()  # printed at the 5th learning step: ms per step x 3M steps is hours
