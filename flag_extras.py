@@ -297,7 +297,6 @@ def restore(checkpoint: dict, stateful: dict, env: gym.Env, device: torch.device
     if device.type == "cuda" and checkpoint["cuda_rng"] is not None:
         torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
     env.unwrapped.np_random.bit_generator.state = checkpoint["env_rng"]
-    print(f"resuming at step {checkpoint['global_step']}", file=sys.stderr)
     counters = ("global_step", "num_critic_updates", "eval_steps", "eval_returns", "wall_time_s")
     return tuple(checkpoint[name] for name in counters)
 
@@ -306,8 +305,6 @@ def evaluate_saved_model(args, script: ModuleType) -> None:
     """--evaluate: the saved actor over --eval-episodes deterministic episodes of its run's env, with the run's noise
     settings and evaluation seeds; mean +- std printed and written to evaluation.json beside the model."""
     args.evaluate = file_in_run(args.evaluate, "model.pt", "checkpoint.pt")
-    if args.resume is not None:  # so that check_args names the real conflict, not a missing file
-        args.resume = file_in_run(args.resume, "checkpoint.pt")
     script.check_args(args)
     saved = load_checkpoint(args.evaluate, script)
     try:

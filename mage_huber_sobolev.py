@@ -147,9 +147,9 @@ def check_args(args: Args) -> None:
         (args.eval_episodes >= 1, "--eval-episodes must be >= 1"),
         (args.checkpoint_frequency >= 0 and args.contraction_frequency >= 0, "frequencies must be >= 0"),
         (not args.cudagraphs or (args.cuda and torch.cuda.is_available()), "--cudagraphs needs a CUDA GPU (and --cuda)"),
+        (args.evaluate is None or args.resume is None, "--evaluate and --resume exclude each other"),
         (args.resume is None or os.path.isfile(args.resume), f"--resume: no checkpoint at {args.resume!r}"),
         (args.evaluate is None or os.path.isfile(args.evaluate), f"--evaluate: no model at {args.evaluate!r}"),
-        (args.evaluate is None or args.resume is None, "--evaluate and --resume exclude each other"),
     ]
     for ok, message in checks:
         if not ok:
@@ -524,11 +524,13 @@ def open_run(args: Args) -> tuple:
     else:
         check_args(args)
         run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-    env, eval_env = make_env(args), make_env(args)
+    env = make_env(args)
     if args.capture_video:
         from flag_extras import make_video_env
 
         eval_env = make_video_env(args, make_env, os.path.join(run_dir, "videos"))
+    else:
+        eval_env = make_env(args)
     if args.track:
         from flag_extras import start_tracking
 
@@ -557,6 +559,7 @@ class Run:
 
             counters = restore(checkpoint, stateful, self.env, device)
             self.start_step, self.num_critic_updates, self.eval_steps, self.eval_returns, self.previous_wall_time = counters
+            print(f"resuming {run_dir} at step {self.start_step}", file=sys.stderr)
         self.writer = SummaryWriter(run_dir, purge_step=self.start_step if checkpoint is not None else None)
         if checkpoint is None:
             table = "\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])
