@@ -7,11 +7,14 @@ Functions that need a script's own pieces take the script's module (`script`) an
 `make_env`, `Actor` and `evaluate`.
 """
 
+import copy
 import glob
 import json
 import math
 import os
 import sys
+import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import fields
@@ -247,39 +250,79 @@ def load_checkpoint(path: str, script: ModuleType) -> dict:
     if not isinstance(saved, dict) or saved.get("script") != name:
         writer = (saved.get("script") or "an older version of the scripts") if isinstance(saved, dict) else "something else"
         raise ValueError(f"{path!r} was written by {writer}; this is {name}")
+    if not all(torch.isfinite(tensor).all() for tensor in floating_tensors(saved)):
+        raise ValueError(f"{path!r} holds non-finite weights: a run stopped by a NaN/inf saves one for inspection only")
     return saved
 
 
-def resumed_args(cli_args, saved: dict):
-    """The checkpoint's settings; the step budget, device, tracking and videos come from the command line."""
+def floating_tensors(value) -> list[torch.Tensor]:
+    """Every floating-point tensor in a nest of dicts, lists and tuples (a checkpoint)."""
+    if isinstance(value, torch.Tensor):
+        return [value] if value.is_floating_point() else []
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else []
+    return [tensor for item in items for tensor in floating_tensors(item)]
+
+
+def writable_folder(path: str) -> None:
+    """Create `path` if needed and write a file in it, or raise a ValueError naming it (root ignores permission bits, so
+    the check writes rather than asks)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        raise ValueError(f"cannot write to {path}: {error.strerror or error}") from None
+
+
+def budget_given(argv: list[str]) -> bool:
+    """Whether --total-timesteps was given on the command line (tyro fills in its default otherwise)."""
+    return any(arg == "--total-timesteps" or arg.startswith("--total-timesteps=") for arg in argv)
+
+
+def resumed_args(cli_args, saved: dict, argv: list[str]):
+    """The checkpoint's settings, its step budget included; the device, tracking and videos come from the command line,
+    and the budget too where --total-timesteps is given there."""
     Args = type(cli_args)
     args, defaults = Args(**saved), Args()
+    taken = ["cuda", "resume", "capture_video", "track", "wandb_project_name", "wandb_entity"]
     for field in fields(Args):
         name = field.name
-        if name in ("total_timesteps", "cuda", "resume", "capture_video", "track", "wandb_project_name", "wandb_entity"):
+        if name in taken or (name == "total_timesteps" and budget_given(argv)):
             setattr(args, name, getattr(cli_args, name))
+        elif name == "total_timesteps":
+            continue
         elif getattr(cli_args, name) != getattr(defaults, name) and getattr(cli_args, name) != saved[name]:
             print(f"warning: --{name.replace('_', '-')} ignored on resume (the run uses {saved[name]!r})", file=sys.stderr)
     return args
 
 
-def read_checkpoint(args, script: ModuleType) -> tuple:
-    """--resume: (the run's Args, with the command line's step budget, device, tracking and video; the checkpoint; the
-    run folder). The checkpoint's states are loaded later by `restore`; every problem is a one-line ValueError."""
+def read_checkpoint(args, script: ModuleType, argv: list[str] | None = None) -> tuple:
+    """--resume: (the run's Args, with the command line's device, tracking and video, and its step budget unless
+    --total-timesteps is given in `argv` (sys.argv); the checkpoint; the run folder). The checkpoint's states are loaded
+    later by `restore`; every problem is a one-line ValueError. A finished run (summary.json written) is left as it is."""
+    argv = sys.argv[1:] if argv is None else argv
     args.resume = file_in_run(args.resume, "checkpoint.pt")
     script.check_args(args)
     checkpoint = load_checkpoint(args.resume, script)
+    if "global_step" not in checkpoint:
+        raise ValueError(f"{args.resume!r} is a saved model, not a checkpoint: --resume takes checkpoint.pt or its run folder")
     try:
-        args = resumed_args(args, checkpoint["args"])
+        args = resumed_args(args, checkpoint["args"], argv)
     except (KeyError, TypeError) as error:
         raise ValueError(f"cannot resume from {args.resume!r}: {' '.join(str(error).split())}") from None
     script.check_args(args)
-    if args.total_timesteps < checkpoint["global_step"]:
+    step, run_dir = checkpoint["global_step"], os.path.dirname(os.path.abspath(args.resume))
+    if args.total_timesteps < step:
         raise ValueError(
-            f"--total-timesteps {args.total_timesteps} is below the checkpoint's step "
-            f"{checkpoint['global_step']}: resuming would repeat steps"
+            f"--total-timesteps {args.total_timesteps} is below the checkpoint's step {step}: resuming would repeat steps"
         )
-    return args, checkpoint, os.path.dirname(os.path.abspath(args.resume))
+    if args.total_timesteps == step and os.path.isfile(os.path.join(run_dir, "summary.json")):  # else: finish its outputs
+        print(
+            f"{run_dir} is at step {step} of {step}: nothing to do (a larger --total-timesteps continues it)", file=sys.stderr
+        )
+        raise SystemExit(0)
+    writable_folder(run_dir)
+    return args, checkpoint, run_dir
 
 
 def restore(checkpoint: dict, stateful: dict, env: gym.Env, device: torch.device) -> tuple:
@@ -312,6 +355,7 @@ def evaluate_saved_model(args, script: ModuleType) -> None:
         if args.env_id not in (script.Args.env_id, run_args.env_id):
             raise ValueError(f"{args.evaluate!r} holds a policy for {run_args.env_id}, not for {args.env_id}")
         run_args.eval_episodes, run_dir = args.eval_episodes, os.path.dirname(os.path.abspath(args.evaluate))
+        writable_folder(run_dir)
         env = (
             make_video_env(run_args, script.make_env, os.path.join(run_dir, "videos"))
             if args.capture_video
@@ -335,11 +379,14 @@ def evaluate_saved_model(args, script: ModuleType) -> None:
         "std_return": float(np.std(returns)),
         "returns": returns,
     }
-    with open(os.path.join(run_dir, "evaluation.json"), "w") as f:
+    path, copy = os.path.join(run_dir, "evaluation.json"), 1
+    while os.path.exists(path):  # earlier evaluations are kept: evaluation-2.json, evaluation-3.json, ...
+        copy += 1
+        path = os.path.join(run_dir, f"evaluation-{copy}.json")
+    with open(path, "w") as f:
         json.dump(result, f, indent=2)
     print(
-        f"eval return {result['mean_return']:.2f} +- {result['std_return']:.2f} over {len(returns)} episodes of "
-        f"{run_args.env_id}; written to {os.path.join(run_dir, 'evaluation.json')}"
+        f"eval return {result['mean_return']:.2f} +- {result['std_return']:.2f} over {len(returns)} episodes of {run_args.env_id}; written to {path}"
     )
     env.close()
 
@@ -347,7 +394,7 @@ def evaluate_saved_model(args, script: ModuleType) -> None:
 # TRACKING (--track) AND VIDEO (--capture-video)
 def start_tracking(args, run_dir: str) -> ModuleType:
     """wandb.init as CleanRL does: TensorBoard synced, hyperparameters and code saved; the W&B run's id is the run
-    name, so a resumed run continues it. W&B files go to runs/wandb/. Returns the wandb module."""
+    name, so a resumed run continues it. W&B files go to $WANDB_DIR if set, else runs/wandb/. Returns the wandb module."""
     run_name = os.path.basename(run_dir)
     try:
         import wandb
@@ -361,7 +408,7 @@ def start_tracking(args, run_dir: str) -> ModuleType:
             id="".join(c if c.isalnum() or c in "-_" else "-" for c in run_name),
             resume="allow",
             save_code=True,
-            dir=os.path.dirname(os.path.abspath(run_dir)),
+            dir=os.environ.get("WANDB_DIR", os.path.dirname(os.path.abspath(run_dir))),
         )
     except Exception as error:  # not installed, not logged in, no network, ...
         reason = " ".join(f"{type(error).__name__}: {error}".split())[:300]
@@ -404,13 +451,26 @@ def compile_parts(actor: nn.Module, world_model: nn.Module | None) -> None:
         world_model.loss = torch.compile(world_model.loss)
 
 
-def cpu_cost_note(progress, seconds_per_step: float, steps_left: int, script_file: str) -> None:
-    """Write what the run will cost on this CPU to the progress bar, if over an hour, with a CPU-sized command."""
-    if seconds_per_step * steps_left > 3600:
-        progress.write(
-            f"note: {seconds_per_step:.2f} s per step measured on this CPU, {seconds_per_step * steps_left / 3600:.0f} h "
-            f"for the {steps_left} steps left; the defaults are the paper's GPU sizes. A CPU-sized run "
-            f"(README): python {os.path.basename(script_file)} --env-id PointMass-v0 --total-timesteps "
+def cpu_cost_note(updates: tuple[Callable, Callable], stateful: dict, args, script_file: str) -> None:
+    """Before the warm-up on a CPU: time one critic and one actor update of the fresh networks (on the empty buffer's
+    zero rows; every state and the RNG are put back after, so the run is unchanged) and, if the learning steps will take
+    over an hour, say so with a CPU-sized command."""
+    update_critic, update_actor = updates
+    saved = {name: copy.deepcopy(state.state_dict()) for name, state in stateful.items()}
+    with torch.random.fork_rng(devices=[]):
+        start = time.perf_counter()
+        update_actor(update_critic()["obs"])
+        seconds = time.perf_counter() - start
+    for name, state in stateful.items():
+        state.load_state_dict(saved[name])
+    steps = args.total_timesteps - args.learning_starts
+    hours = args.updates_per_step * seconds * steps / 3600  # an actor update with every critic update: an upper bound
+    if hours > 1:
+        print(
+            f"note: one update takes {seconds:.2f} s on this CPU, so the {steps} learning steps x {args.updates_per_step} "
+            f"updates will take about {hours:.0f} h (plus the warm-up); the defaults are the paper's GPU sizes. A "
+            f"CPU-sized run (README): python {os.path.basename(script_file)} --env-id PointMass-v0 --total-timesteps "
             "15000 --learning-starts 1000 --hidden-dim 64 --wm-hidden-dim 64 --batch-size 64 "
-            "--updates-per-step 1 --learning-rate 1e-3 --wm-learning-rate 1e-3 --eval-frequency 1000"
+            "--updates-per-step 1 --learning-rate 1e-3 --wm-learning-rate 1e-3 --eval-frequency 1000",
+            file=sys.stderr,
         )

@@ -136,7 +136,10 @@ class Args:
 
 
 def check_args(args: Args) -> None:
-    """Raise ValueError naming the first out-of-range flag."""
+    """Raise ValueError naming the first non-finite float flag, else the first out-of-range flag."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"--{name.replace('_', '-')} must be finite (got {value})")
     checks = [
         (args.total_timesteps >= 1, "--total-timesteps must be >= 1"),
         (args.learning_starts >= 0, "--learning-starts must be >= 0"),
@@ -175,6 +178,9 @@ def check_args(args: Args) -> None:
 # ENV HELPERS
 def make_env(args: Args, render_mode: str | None = None) -> gym.Env:
     """The training/evaluation env: dynamics noise, episode statistics, actions in [-1, 1], observation noise, float32."""
+    spec = gym.registry.get(args.env_id)
+    if spec is not None and "mujoco" in str(spec.entry_point) and args.env_id[-3:] in ("-v2", "-v3"):
+        raise ValueError(f"{args.env_id} needs mujoco-py (the paper's ids): use {args.env_id[:-1]}4 or {args.env_id[:-1]}5")
     try:
         env = gym.make(args.env_id, render_mode=render_mode)
     except gym.error.Error as error:
@@ -559,8 +565,11 @@ def evaluate(actor: Actor, env: gym.Env, num_episodes: int, seed: int, device: t
 
 def save_checkpoint(path: str, state: dict) -> None:
     """Write atomically, so a crash during the write never destroys the previous checkpoint."""
-    torch.save(state, path + ".tmp")
-    os.replace(path + ".tmp", path)
+    try:
+        torch.save(state, path + ".tmp")
+        os.replace(path + ".tmp", path)
+    except OSError as error:
+        fail(f"cannot write {path}: {error.strerror or error}")
 
 
 def fail(message: str) -> None:
@@ -585,6 +594,10 @@ def open_run(args: Args) -> tuple:
         check_args(args)
         run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
     env = make_env(args)
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"cannot write to {run_dir}: {error.strerror or error}") from None
     if args.capture_video:
         from flag_extras import make_video_env
 
@@ -625,10 +638,10 @@ class Run:
             table = "\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])
             self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
         self.last_checkpoint_step, self.sps = self.start_step, 0
-        self.start_time = self.learning_start_time = time.time()
+        self.start_time = time.time()
         steps = range(self.start_step, args.total_timesteps)
         self.progress = tqdm(steps, initial=self.start_step, total=args.total_timesteps, desc=args.exp_name, mininterval=1.0)
-        signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+        signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # from here on, SIGTERM is Ctrl-C
 
     def state(self, next_step: int) -> dict:
         """Everything a resumed run needs: tensors and plain Python values only (loads with weights_only=True)."""
@@ -655,19 +668,11 @@ class Run:
             fail(f"non-finite loss at step {step} (checked every 100 steps; {bad}); state saved to {path}")
 
     def log_speed(self, step: int) -> None:
-        """SPS every 100 steps; on a CPU, after 5 learning steps, what the run will cost (flag_extras.cpu_cost_note)."""
+        """SPS every 100 steps."""
         if step % 100 == 0:
             self.sps = int((step + 1 - self.start_step) / (time.time() - self.start_time))
             self.writer.add_scalar("charts/SPS", self.sps, step)
             self.progress.set_postfix(SPS=self.sps, eval=self.eval_returns[-1] if self.eval_returns else None, refresh=False)
-        if step == self.args.learning_starts:
-            self.learning_start_time = time.time()
-        elif step == self.args.learning_starts + 5 and self.device.type == "cpu":
-            with suppress(ImportError):  # advice only: a script copied alone runs without it
-                from flag_extras import cpu_cost_note
-
-                seconds_per_step = (time.time() - self.learning_start_time) / 5
-                cpu_cost_note(self.progress, seconds_per_step, self.args.total_timesteps - step, __file__)
 
     def evaluate_if_due(self, actor: Actor, step: int) -> None:
         """Every --eval-frequency steps and at the end: the deterministic policy on the same evaluation seeds."""
@@ -740,7 +745,6 @@ def main(args: Args) -> None:
         args, checkpoint, run_dir, env, eval_env, wandb = open_run(args)
     except ValueError as error:
         fail(str(error))
-    os.makedirs(run_dir, exist_ok=True)
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -815,19 +819,24 @@ def main(args: Args) -> None:
                 target_param.lerp_(param, args.tau)
         return actor_loss.detach()
 
+    if device.type == "cpu" and checkpoint is None:  # what the run will cost, before the warm-up
+        with suppress(ImportError):  # advice only: a script copied alone runs without it
+            from flag_extras import cpu_cost_note
+
+            cpu_cost_note((update_critic, update_actor), stateful, args, __file__)
     if args.cudagraphs:
         from flag_extras import CudaGraphStep
 
         update_critic, update_actor = CudaGraphStep(update_critic), CudaGraphStep(update_actor)
 
-    obs, _ = env.reset(seed=args.seed)
-    run = Run(args, run_dir, checkpoint, stateful, (env, eval_env), wandb, device)
-    if checkpoint is not None:  # a resumed run starts a fresh episode
-        obs, _ = env.reset()
     losses: dict[str, torch.Tensor] = {}
     monitor_contraction = args.contraction_frequency > 0
+    obs, _ = env.reset(seed=args.seed)
+    run = Run(args, run_dir, checkpoint, stateful, (env, eval_env), wandb, device)
     global_step = run.start_step
     try:
+        if checkpoint is not None:  # a resumed run starts a fresh episode
+            obs, _ = env.reset()
         for global_step in run.progress:
             # ALGO LOGIC: put action logic here
             if global_step < args.learning_starts:

@@ -31,7 +31,9 @@ Outputs in `runs/<run_name>/` (or `--out-dir`): `summary.json`, the figures `sam
 `curves_<regime>.png` and (limited regime) `dataset_size.png`, and one TensorBoard log directory per training,
 `<regime>/<variant>/` (regime = `unlimited` or `n<num_points>`), with the scalars `eval/mmd`, `eval/grad_mean_l2`,
 `eval/second_derivative_norm`, `losses/loss` and `charts/SPS`; `tensorboard --logdir runs/<run_name>` overlays the
-variants on the same charts.
+variants on the same charts. The folder is checked writable before any training. Ctrl-C or SIGTERM stops the run: the
+results of the trainings that had finished go to `summary.json` (with `"interrupted": true`; no figures), one line on
+stderr says where it stopped and what was saved, exit status 1.
 
 Choices the paper leaves open, and how we fixed them
 ----------------------------------------------------
@@ -58,10 +60,15 @@ Choices the paper leaves open, and how we fixed them
 """
 
 import json
+import math
 import multiprocessing
+import multiprocessing.queues
+import multiprocessing.synchronize
 import os
 import random
+import signal
 import sys
+import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
@@ -362,26 +369,30 @@ def train_job(args: Args, num_points: Optional[int], variant: str, out_dir: str,
         writer.add_scalar("eval/grad_mean_l2", metrics["grad_mean_l2"], step)
         writer.add_scalar("eval/second_derivative_norm", metrics["second_derivative_norm"], step)
 
-    evaluate(0)
-    start_time = time.time()
-    for step in range(1, args.num_steps + 1):
-        if dataset is None:
-            x, targets = (t.to(device) for t in sample_pairs(args.batch_size, args.targets_per_x))
-        else:
-            x, targets = dataset
-        loss = training_loss(model, variant, x, targets, args)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    try:  # on Ctrl-C, SIGTERM or a stop request the TensorBoard log keeps the curves so far
+        evaluate(0)
+        start_time = time.time()
+        for step in range(1, args.num_steps + 1):
+            if stop_requested():
+                raise JobStopped
+            if dataset is None:
+                x, targets = (t.to(device) for t in sample_pairs(args.batch_size, args.targets_per_x))
+            else:
+                x, targets = dataset
+            loss = training_loss(model, variant, x, targets, args)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
 
-        if step % LOG_EVERY == 0 or step == args.num_steps:
-            writer.add_scalar("losses/loss", loss.item(), step)
-            writer.add_scalar("charts/SPS", int(step / (time.time() - start_time)), step)
-            progress(step % LOG_EVERY or LOG_EVERY)  # steps since the last report
-        if step % args.eval_frequency == 0 or step == args.num_steps:
-            evaluate(step)
-    train_time = time.time() - start_time
-    writer.close()
+            if step % LOG_EVERY == 0 or step == args.num_steps:
+                writer.add_scalar("losses/loss", loss.item(), step)
+                writer.add_scalar("charts/SPS", int(step / (time.time() - start_time)), step)
+                progress(step % LOG_EVERY or LOG_EVERY)  # steps since the last report
+            if step % args.eval_frequency == 0 or step == args.num_steps:
+                evaluate(step)
+        train_time = time.time() - start_time
+    finally:
+        writer.close()
     return {
         "regime": regime_name(num_points),
         "variant": variant,
@@ -399,24 +410,83 @@ def job_cost(args: Args, job: tuple[Optional[int], str]) -> int:
     return rows * (2 if uses_gradient(variant) else 1)
 
 
+class JobStopped(Exception):
+    """A worker's training left early because the main process was interrupted."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM during the trainings: the results of those that had finished (in job order), the steps done."""
+
+    def __init__(self, finished: list[dict], steps_done: int):
+        super().__init__(f"interrupted after {len(finished)} trainings")
+        self.finished, self.steps_done = finished, steps_done
+
+
+_worker_progress: Optional[multiprocessing.queues.Queue] = None  # set in worker processes by init_worker
+_worker_stop: Optional[multiprocessing.synchronize.Event] = None
+
+
+def init_worker(progress_queue: multiprocessing.queues.Queue, stop: multiprocessing.synchronize.Event) -> None:
+    """A worker leaves Ctrl-C (sent to the whole process group) and SIGTERM to the main process, which stops it via `stop`."""
+    global _worker_progress, _worker_stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _worker_progress, _worker_stop = progress_queue, stop
+
+
+def report_progress(steps: int) -> None:
+    """The progress callback of a job in a worker process."""
+    _worker_progress.put(steps)
+
+
+def stop_requested() -> bool:
+    return _worker_stop is not None and _worker_stop.is_set()
+
+
+def ignore_interrupts() -> None:
+    """While the interrupted run saves its results, a second Ctrl-C or SIGTERM changes nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def run_jobs(args: Args, jobs: list[tuple[Optional[int], str]], out_dir: str) -> list[dict]:
-    """Run the jobs in this process or in a pool of `num_workers` processes; results in the order of `jobs`."""
+    """Run the jobs in this process or in a pool of `num_workers` processes; results in the order of `jobs`.
+    On KeyboardInterrupt (Ctrl-C, or SIGTERM with main's handler) stop every training and raise Interrupted."""
     with tqdm(total=len(jobs) * args.num_steps, unit="step", smoothing=0.05) as bar:
         if args.num_workers == 1:
-            return [train_job(args, n, variant, out_dir, bar.update) for n, variant in jobs]
+            results: list[dict] = []
+            try:
+                for n, variant in jobs:
+                    results.append(train_job(args, n, variant, out_dir, bar.update))
+            except KeyboardInterrupt:
+                ignore_interrupts()
+                raise Interrupted(results, bar.n) from None
+            return results
         context = multiprocessing.get_context("spawn")
-        with context.Manager() as manager, ProcessPoolExecutor(args.num_workers, mp_context=context) as pool:
-            progress_queue = manager.Queue()
-            futures = {
-                job: pool.submit(train_job, args, *job, out_dir, progress_queue.put)
-                for job in sorted(jobs, key=lambda job: job_cost(args, job), reverse=True)
-            }
+        progress_queue, stop = context.Queue(), context.Event()
+        pool = ProcessPoolExecutor(
+            args.num_workers, mp_context=context, initializer=init_worker, initargs=(progress_queue, stop)
+        )
+        futures = {}
+        try:
+            for job in sorted(jobs, key=lambda job: job_cost(args, job), reverse=True):
+                futures[job] = pool.submit(train_job, args, *job, out_dir, report_progress)
             pending = set(futures.values())
             while pending:
                 _, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
                 while not progress_queue.empty():
                     bar.update(progress_queue.get())
             return [futures[job].result() for job in jobs]
+        except KeyboardInterrupt:
+            ignore_interrupts()
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)  # running trainings stop at their next step
+            done = [futures[job] for job in jobs if job in futures and futures[job].done()]
+            finished = [future.result() for future in done if not future.cancelled() and future.exception() is None]
+            raise Interrupted(finished, bar.n) from None
+        finally:  # also after an error in one job: the others stop instead of running to the end
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -517,37 +587,40 @@ def plot_dataset_size(path: Path, summary: dict, args: Args) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # main
 # ----------------------------------------------------------------------------------------------------------------
+# The range of every numeric flag, one rule each: (flag, requirement, test). A tuple flag is checked value by value, and
+# every value must also be finite (a NaN fails no comparison, so `nan <= 0` alone would let --learning-rate nan pass).
+FLAG_RULES: tuple[tuple[str, str, Callable[[float], bool]], ...] = (
+    ("seed", ">= 0", lambda v: v >= 0),
+    ("num_workers", ">= 1", lambda v: v >= 1),
+    ("torch_threads", ">= 1", lambda v: v >= 1),
+    ("num_points", ">= 1", lambda v: v >= 1),
+    ("num_steps", ">= 1", lambda v: v >= 1),
+    ("batch_size", ">= 1", lambda v: v >= 1),
+    ("targets_per_x", ">= 1", lambda v: v >= 1),
+    ("model_samples", ">= 1", lambda v: v >= 1),
+    ("noise_dim", ">= 1", lambda v: v >= 1),
+    ("hidden_dim", ">= 1", lambda v: v >= 1),
+    ("learning_rate", "finite and > 0", lambda v: v > 0),
+    ("betas", "finite and in [0, 1)", lambda v: 0 <= v < 1),
+    ("grad_weight", "finite and >= 0", lambda v: v >= 0),
+    ("input_noise", "finite and >= 0", lambda v: v >= 0),
+    ("eval_frequency", ">= 1", lambda v: v >= 1),
+    ("eval_points", ">= 1", lambda v: v >= 1),
+    ("eval_samples", ">= 1", lambda v: v >= 1),
+)
+
+
 def check_args(args: Args) -> Optional[str]:
     """The first problem with the arguments, or None."""
-    positive = (
-        "num_steps",
-        "batch_size",
-        "targets_per_x",
-        "model_samples",
-        "noise_dim",
-        "hidden_dim",
-        "learning_rate",
-        "eval_frequency",
-        "eval_points",
-        "eval_samples",
-        "num_workers",
-        "torch_threads",
-    )
-    for name in positive:
-        if getattr(args, name) <= 0:
-            return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
-    if not all(0 <= beta < 1 for beta in args.betas):
-        return f"--betas must lie in [0, 1), got {args.betas[0]} {args.betas[1]}"
-    if args.grad_weight < 0:
-        return f"--grad-weight must be >= 0, got {args.grad_weight}"
-    if args.input_noise < 0:
-        return f"--input-noise must be >= 0, got {args.input_noise}"
+    for name, requirement, test in FLAG_RULES:
+        value = getattr(args, name)
+        values = value if isinstance(value, tuple) else (value,)
+        if not all(math.isfinite(v) and test(v) for v in values):
+            return f"--{name.replace('_', '-')} must be {requirement} (got {' '.join(map(str, values))})"
     if not args.variants:
         return "--variants: give at least one variant"
     if len(set(args.variants)) != len(args.variants):
         return f"--variants: repeated variant in {' '.join(args.variants)}"
-    if any(n <= 0 for n in args.num_points):
-        return f"--num-points: dataset sizes must be positive, got {' '.join(map(str, args.num_points))}"
     if len(set(args.num_points)) != len(args.num_points):
         return f"--num-points: repeated size in {' '.join(map(str, args.num_points))}"
     if not args.unlimited and not args.num_points:
@@ -555,40 +628,95 @@ def check_args(args: Args) -> Optional[str]:
     return None
 
 
-def main(args: Args) -> dict:
-    problem = check_args(args)
-    if problem is not None:
-        print(f"{os.path.basename(__file__)}: error: {problem}", file=sys.stderr)
-        sys.exit(2)
-    run_name = f"{args.exp_name}__{args.seed}__{int(time.time())}"
-    out_dir = Path(args.out_dir) if args.out_dir is not None else Path("runs") / run_name
-    out_dir.mkdir(parents=True, exist_ok=True)
-    regimes: list[Optional[int]] = ([None] if args.unlimited else []) + list(args.num_points)
-    jobs = [(n, variant) for n in regimes for variant in args.variants]
+def fail(message: str, status: int = 1) -> None:
+    """One line on stderr, exit with `status`, no traceback."""
+    print(f"{os.path.basename(__file__)}: error: {message}", file=sys.stderr)
+    sys.exit(status)
 
-    start_time = time.time()
-    results = run_jobs(args, jobs, str(out_dir))
-    wall_time = time.time() - start_time
 
-    eval_set = make_eval_set(args, torch.device("cpu"))
-    reference = sobolev_metrics(eval_set.truth_reference, eval_set.x, eval_set.truth)
-    summary: dict = {"args": asdict(args), "wall_time_s": wall_time, "truth_reference": reference, "results": {}}
+def raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM, what Slurm and most schedulers send before killing a job, stops a run like Ctrl-C."""
+    raise KeyboardInterrupt
+
+
+def writable_folder_problem(out_dir: Path) -> Optional[str]:
+    """Why the output folder cannot be created or written to, or None (checked before any training)."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as error:
+        return f"cannot write to the output folder {out_dir} ({error.strerror or error})"
+    return None
+
+
+def write_summary(path: Path, args: Args, results: list[dict], reference: dict, wall_time: float, **extra) -> dict:
+    """summary.json, written atomically (an interruption never leaves half a file)."""
+    summary: dict = {"args": asdict(args), "wall_time_s": wall_time, "truth_reference": reference, **extra, "results": {}}
     for result in results:
         summary["results"].setdefault(result["regime"], {})[result["variant"]] = {
             **result["final"],
             "train_time_s": result["train_time_s"],
             "history": result["history"],
         }
-    with open(out_dir / "summary.json", "w") as f:
+    with open(path.with_suffix(".json.tmp"), "w") as f:
         json.dump(summary, f, indent=1)
+    os.replace(path.with_suffix(".json.tmp"), path)
+    return summary
 
-    for n in regimes:
-        regime_results = [r for r in results if r["regime"] == regime_name(n)]
-        dataset = None if n is None else limited_dataset(args.seed, n, args.targets_per_x)
-        plot_samples(out_dir / f"samples_{regime_name(n)}.png", eval_set, regime_results, dataset)
-        plot_curves(out_dir / f"curves_{regime_name(n)}.png", regime_results, reference)
-    if args.num_points:
-        plot_dataset_size(out_dir / "dataset_size.png", summary, args)
+
+def main(args: Args) -> dict:
+    problem = check_args(args)
+    if problem is not None:
+        fail(problem, status=2)
+    run_name = f"{args.exp_name}__{args.seed}__{int(time.time())}"
+    out_dir = Path(args.out_dir) if args.out_dir is not None else Path("runs") / run_name
+    problem = writable_folder_problem(out_dir)
+    if problem is not None:
+        fail(problem)
+    regimes: list[Optional[int]] = ([None] if args.unlimited else []) + list(args.num_points)
+    jobs = [(n, variant) for n in regimes for variant in args.variants]
+    eval_set = make_eval_set(args, torch.device("cpu"))
+    reference = sobolev_metrics(eval_set.truth_reference, eval_set.x, eval_set.truth)
+
+    # Ctrl-C or SIGTERM: the finished trainings' results go to summary.json, one line says where the run stopped
+    previous_handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+    total_steps, start_time, summary = len(jobs) * args.num_steps, time.time(), {}
+    try:
+        try:
+            results = run_jobs(args, jobs, str(out_dir))
+        except Interrupted as interruption:
+            finished, where = interruption.finished, f"interrupted at step {interruption.steps_done} of {total_steps}"
+            if not finished:
+                fail(f"{where} (no training finished); no results to save (TensorBoard logs so far in {out_dir})")
+            wall_time = time.time() - start_time
+            write_summary(out_dir / "summary.json", args, finished, reference, wall_time, interrupted=True)
+            fail(
+                f"{where} ({len(finished)} of {len(jobs)} trainings finished); "
+                f"their results saved in {out_dir / 'summary.json'}, no figures drawn"
+            )
+        wall_time = time.time() - start_time
+        summary = write_summary(out_dir / "summary.json", args, results, reference, wall_time)
+
+        for n in regimes:
+            regime_results = [r for r in results if r["regime"] == regime_name(n)]
+            dataset = None if n is None else limited_dataset(args.seed, n, args.targets_per_x)
+            plot_samples(out_dir / f"samples_{regime_name(n)}.png", eval_set, regime_results, dataset)
+            plot_curves(out_dir / f"curves_{regime_name(n)}.png", regime_results, reference)
+        if args.num_points:
+            plot_dataset_size(out_dir / "dataset_size.png", summary, args)
+    except KeyboardInterrupt:  # after the trainings: summary.json first, then the figures
+        ignore_interrupts()
+        if not summary:
+            write_summary(out_dir / "summary.json", args, results, reference, time.time() - start_time)
+        fail(
+            f"interrupted after the trainings (all {len(jobs)} finished), before all figures were drawn; "
+            f"results saved in {out_dir / 'summary.json'}"
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous_handlers[0])
+        signal.signal(signal.SIGTERM, previous_handlers[1])
 
     print(f"{'regime':>10} {'variant':>12} " + " ".join(f"{m:>22}" for m in METRICS))
     for regime, by_variant in summary["results"].items():

@@ -7,6 +7,7 @@ them under one parent) is one run. Runs are grouped by (script, env, noise setti
 Usage:
     python benchmarks/aggregate.py runs_grid/pointmass --out results/pointmass
     python benchmarks/aggregate.py runs --bootstrap-samples 10000 --seed 1
+    python benchmarks/aggregate.py runs_grid/pointmass --strict   # stop at the first unreadable summary.json
 
 Writes to --out (default RUNS_DIR/aggregate):
     runs.csv          one row per run: script, env, noise, seed, final_eval_return, nauc, wall_time_s, run_dir
@@ -42,15 +43,25 @@ Choices:
     * Curves: the seeds of a group are aligned on the eval steps they all have, then the median and the 25th and
       75th percentiles are taken per step.
     * Runs without summary.json (unfinished) are counted and left out; a group whose runs differ in settings other
-      than the seed (e.g. --total-timesteps), or that repeats a seed, is aggregated with a warning on stderr. A
-      summary.json that cannot be read as a run summary (not JSON, a required key missing) stops the aggregation
-      with an error naming the file.
+      than the seed (e.g. --total-timesteps), or that repeats a seed, is aggregated with a warning on stderr.
+    * A summary.json that cannot be read as a run summary is left out with one warning line naming it and why, and
+      the rest is aggregated; if none is left, one error line and exit status 1. --strict stops instead at the first
+      such file with one error line. Not a run summary: unreadable or not UTF-8 JSON; not an object; a key missing
+      (`args` with `exp_name`, `env_id`, `seed`; `final_eval_return`; `eval_steps`; `eval_returns`); a value of the
+      wrong type (exp_name and env_id strings, seed an integer, the eval steps integers, the returns and nauc
+      numbers, eval_steps and eval_returns lists of the same non-zero length); a NaN or infinite final_eval_return,
+      nauc or eval return (a diverged run is named, not averaged in). wall_time_s may be missing, null or NaN
+      (shown as n/a), but not of another type.
+    * The output folder is created and checked for writing (a probe file is created and removed) before the
+      bootstrap; if it cannot be created or written, one error line naming it and exit status 1.
 """
 
 import csv
 import json
+import math
 import os
 import sys
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -71,6 +82,7 @@ IGNORED_SETTINGS = ("seed", "resume", "cuda")
 STATISTICS = {"median": "median", "iqm": "IQM", "mean": "mean"}
 """The statistics over the seeds of a group, in the order `statistics` returns them: table.csv name, table.md name"""
 METRICS = {"final_eval_return": "final return", "nauc": "nAUC"}
+OUTPUTS = ("runs.csv", "table.csv", "table.md", "final_return.png", "nauc.png", "curves.png", "performance_profile.png")
 
 
 @dataclass
@@ -86,6 +98,8 @@ class Args:
     split_by: list[str] = field(default_factory=list)
     """settings (Args names) that split a script's runs into groups of their own, labelled script[name=value], e.g.
     --split-by dyna_reward"""
+    strict: bool = False
+    """stop at the first summary.json that is not a run summary (default: leave it out with a warning)"""
 
 
 def fail(message: str) -> None:
@@ -114,10 +128,102 @@ def nauc(eval_returns: list[float]) -> float:
     return float(np.mean(eval_returns))
 
 
-def load_runs(runs_dir: str, split_by: list[str] = ()) -> list[dict]:
+class NotARunSummary(Exception):
+    """A summary.json that cannot be read as a run summary; the message says why."""
+
+
+def json_type(value) -> str:
+    names = {type(None): "null", bool: "a boolean", str: "a string", list: "a list", dict: "an object"}
+    return names.get(type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+def require(mapping: dict, key: str, where: str = ""):
+    if key not in mapping:
+        raise NotARunSummary(f"no key {key!r}{where}")
+    return mapping[key]
+
+
+def number(value, name: str, finite: bool = True) -> float:
+    """value as a float; NotARunSummary unless it is a JSON number (finite unless `finite` is False)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise NotARunSummary(f"{name} is {json_type(value)}, not a number")
+    try:
+        value = float(value)
+    except OverflowError:
+        value = math.inf
+    if finite and not math.isfinite(value):
+        raise NotARunSummary(f"{name} is {value}, not a finite number")
+    return value
+
+
+def integer(value, name: str) -> int:
+    """value as an int; NotARunSummary unless it is a JSON integer (or a float with an integer value, like 100.0)."""
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+        raise NotARunSummary(f"{name} is {value!r}, not an integer")
+    return int(value)
+
+
+def string(value, name: str) -> str:
+    if not isinstance(value, str):
+        raise NotARunSummary(f"{name} is {json_type(value)}, not a string")
+    return value
+
+
+def numbers(value, name: str, convert) -> list:
+    if not isinstance(value, list) or not value:
+        raise NotARunSummary(f"{name} is {'an empty list' if value == [] else json_type(value)}, not a list of numbers")
+    return [convert(item, f"{name}[{i}]") for i, item in enumerate(value)]
+
+
+def read_run(path: str, run_dir: str, split_by: list[str] = ()) -> dict:
+    """The run of one summary.json (see load_runs); NotARunSummary says why it is not a run summary."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+    except (OSError, ValueError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise NotARunSummary(f"{type(error).__name__}: {error}") from None
+    if not isinstance(summary, dict):
+        raise NotARunSummary(f"the file holds {json_type(summary)}, not an object")
+    args = require(summary, "args")
+    if not isinstance(args, dict):
+        raise NotARunSummary(f"args is {json_type(args)}, not an object")
+    where = " in args"
+    script = string(require(args, "exp_name", where), "args.exp_name")
+    env = string(require(args, "env_id", where), "args.env_id")
+    seed = integer(require(args, "seed", where), "args.seed")
+    for name in ("obs_noise", "dyn_noise"):
+        if name in args:
+            string(args[name], f"args.{name}")
+    if "obs_noise_scale" in args:
+        number(args["obs_noise_scale"], "args.obs_noise_scale")
+    if args.get("dyn_noise_std") is not None:
+        number(args["dyn_noise_std"], "args.dyn_noise_std")
+    final = number(require(summary, "final_eval_return"), "final_eval_return")
+    steps = numbers(require(summary, "eval_steps"), "eval_steps", integer)
+    returns = numbers(require(summary, "eval_returns"), "eval_returns", number)
+    if len(steps) != len(returns):
+        raise NotARunSummary(f"{len(steps)} eval_steps but {len(returns)} eval_returns")
+    wall_time = summary.get("wall_time_s")
+    return {
+        "script": script + "".join(f"[{name}={args.get(name)}]" for name in split_by),
+        "env": env,
+        "noise": noise_label(args),
+        "seed": seed,
+        "final_eval_return": final,
+        "nauc": number(summary["nauc"], "nauc") if "nauc" in summary else nauc(returns),
+        "wall_time_s": math.nan if wall_time is None else number(wall_time, "wall_time_s", finite=False),
+        "eval_steps": steps,
+        "eval_returns": returns,
+        "run_dir": run_dir,
+        "args": args,
+    }
+
+
+def load_runs(runs_dir: str, split_by: list[str] = (), strict: bool = False) -> list[dict]:
     """One dict per summary.json under runs_dir: script (with the `split_by` settings' values), env, noise, seed, the
-    metrics, the curve, run_dir, args."""
-    runs, unfinished = [], 0
+    metrics, the curve, run_dir, args. A summary.json that is not a run summary is left out with a warning naming it,
+    or, if that leaves no run, exits with one error line; with `strict`, the first one exits with one error line."""
+    runs, bad, unfinished = [], [], 0
     for root, dirs, files in os.walk(runs_dir):
         dirs.sort()
         if "summary.json" not in files:
@@ -125,29 +231,24 @@ def load_runs(runs_dir: str, split_by: list[str] = ()) -> list[dict]:
             continue
         path = os.path.join(root, "summary.json")
         try:
-            with open(path) as f:
-                summary = json.load(f)
-            args = summary["args"]
-            runs.append(
-                {
-                    "script": args["exp_name"] + "".join(f"[{name}={args.get(name)}]" for name in split_by),
-                    "env": args["env_id"],
-                    "noise": noise_label(args),
-                    "seed": args["seed"],
-                    "final_eval_return": float(summary["final_eval_return"]),
-                    "nauc": float(summary["nauc"]) if "nauc" in summary else nauc(summary["eval_returns"]),
-                    "wall_time_s": float(summary.get("wall_time_s", float("nan"))),
-                    "eval_steps": [int(s) for s in summary["eval_steps"]],
-                    "eval_returns": [float(r) for r in summary["eval_returns"]],
-                    "run_dir": root,
-                    "args": args,
-                }
-            )
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            reason = f"no key {error}" if isinstance(error, KeyError) else f"{type(error).__name__}: {error}"
-            fail(f"{path} is not a run summary ({reason})")
+            runs.append(read_run(path, root, split_by))
+        except NotARunSummary as error:
+            reason = " ".join(str(error).splitlines())
+            if strict:
+                fail(f"{path} is not a run summary ({reason})")
+            bad.append((path, reason))
     if unfinished:
         warn(f"{unfinished} unfinished run(s) without summary.json left out")
+    if bad and not runs:
+        path, reason = bad[0]
+        if len(bad) == 1:
+            fail(f"nothing to aggregate: {path}, the only summary.json under {runs_dir!r}, is not a run summary ({reason})")
+        fail(
+            f"nothing to aggregate: none of the {len(bad)} summary.json under {runs_dir!r} is a run summary "
+            f"(the first: {path}: {reason})"
+        )
+    for path, reason in bad:
+        warn(f"{path} is not a run summary ({reason}); left out")
     return runs
 
 
@@ -390,18 +491,30 @@ def plot_performance_profiles(path: str, groups: dict, n_boot: int, seed: int) -
     plt.close(fig)
 
 
-def main(args: Args) -> None:
-    if not os.path.isdir(args.runs_dir):
-        fail(f"RUNS_DIR {args.runs_dir!r} is not a directory")
-    if args.bootstrap_samples < 1:
-        fail("--bootstrap-samples must be >= 1")
-    runs = load_runs(args.runs_dir, args.split_by)
-    if not runs:
-        fail(f"no summary.json under {args.runs_dir!r}")
-    out = args.out if args.out is not None else os.path.join(args.runs_dir, "aggregate")
-    os.makedirs(out, exist_ok=True)
-    groups = group_runs(runs)
-    rows = summarise(groups, args.bootstrap_samples, args.seed)
+def prepare_out(out: str) -> None:
+    """Creates the output folder and checks, before the bootstrap, that the outputs can be written there: a probe file
+    is created and removed (os.access would say yes to root on a read-only folder). One error line if not."""
+    if os.path.lexists(out) and not os.path.isdir(out):
+        fail(f"output folder {out!r} cannot be written: it exists and is not a folder")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as error:
+        where = "" if error.filename in (None, out) else f": {error.filename!r}"
+        fail(f"output folder {out!r} cannot be created ({error.strerror or error}{where})")
+    try:
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as error:
+        fail(f"output folder {out!r} cannot be written ({error.strerror or error})")
+    for name in OUTPUTS:
+        path = os.path.join(out, name)
+        if os.path.lexists(path) and not (os.path.isfile(path) and os.access(path, os.W_OK)):
+            fail(f"output folder {out!r} cannot be written: {path!r} exists and is not a writable file")
+
+
+def write_outputs(out: str, groups: dict, n_boot: int, seed: int) -> None:
+    """The bootstrap, then the tables and the figures of OUTPUTS, into `out`."""
+    rows = summarise(groups, n_boot, seed)
     ordered_runs = [run for members in groups.values() for run in members]
     write_csv(
         os.path.join(out, "runs.csv"),
@@ -409,17 +522,32 @@ def main(args: Args) -> None:
         ["script", "env", "noise", "seed", "final_eval_return", "nauc", "wall_time_s", "run_dir"],
     )
     write_csv(os.path.join(out, "table.csv"), rows, list(rows[0]))
-    write_markdown(os.path.join(out, "table.md"), rows, args.bootstrap_samples, args.seed)
+    write_markdown(os.path.join(out, "table.md"), rows, n_boot, seed)
     plot_bars(os.path.join(out, "final_return.png"), groups, rows, "final_eval_return", "final eval return")
     plot_bars(os.path.join(out, "nauc.png"), groups, rows, "nauc", "nAUC")
     plot_curves(os.path.join(out, "curves.png"), groups)
-    plot_performance_profiles(os.path.join(out, "performance_profile.png"), groups, args.bootstrap_samples, args.seed)
-    print(
-        f"{len(runs)} runs in {len(groups)} groups; wrote runs.csv, table.csv, table.md, final_return.png, nauc.png, "
-        f"curves.png, performance_profile.png to {out}"
-    )
-    with open(os.path.join(out, "table.md")) as f:
-        print(f.read(), end="")
+    plot_performance_profiles(os.path.join(out, "performance_profile.png"), groups, n_boot, seed)
+
+
+def main(args: Args) -> None:
+    if not os.path.isdir(args.runs_dir):
+        fail(f"RUNS_DIR {args.runs_dir!r} is not a directory")
+    if args.bootstrap_samples < 1:
+        fail("--bootstrap-samples must be >= 1")
+    runs = load_runs(args.runs_dir, args.split_by, args.strict)
+    if not runs:
+        fail(f"no summary.json under {args.runs_dir!r}")
+    out = args.out if args.out is not None else os.path.join(args.runs_dir, "aggregate")
+    prepare_out(out)
+    groups = group_runs(runs)
+    try:
+        write_outputs(out, groups, args.bootstrap_samples, args.seed)
+        with open(os.path.join(out, "table.md")) as f:
+            table = f.read()
+    except OSError as error:
+        fail(f"writing the outputs to {out!r} failed ({' '.join(str(error).splitlines())})")
+    print(f"{len(runs)} runs in {len(groups)} groups; wrote {', '.join(OUTPUTS)} to {out}")
+    print(table, end="")
 
 
 if __name__ == "__main__":

@@ -40,17 +40,30 @@ def targets_of(module, obs, actions, rewards, terminations, parts, dyna_reward: 
     )
 
 
-def test_dyna_rewards_has_the_replay_value_exactly_and_the_model_gradient():
+def check_dyna_rewards_replay_exactness(module, dtype: torch.dtype) -> None:
+    """dyna_rewards(r, r^, "replay") is r to the bit with d/dr^ = 1. The rewards are random floats (and 0.1, 0.7, 1/3)
+    against model rewards of other magnitudes, for which r^ + (r - r^) rounds away from r: a value formed through r^ is
+    caught, not only one whose round trip happens to be exact (as for integer rewards like 10 and -3)."""
+    generator = torch.Generator().manual_seed(5)
+    replay = torch.cat([torch.tensor([0.1, 0.7, 1 / 3, -1 / 3]), torch.randn(60, generator=generator) * 3]).to(dtype)
+    a = (torch.randn(64, 3, generator=generator) * 2).to(dtype).requires_grad_()
+    model_rewards = torch.stack([a[:, 0] ** 2 * 1e3, torch.sin(a[:, 1]), 7.3 * a[:, 2]], -1)  # (64, 3): one large column
+    rewards = module.dyna_rewards(replay[:, None], model_rewards, "replay")  # broadcast as in the target functions
+    assert rewards.dtype == dtype and rewards.shape == (64, 3)
+    assert torch.equal(rewards.detach(), replay[:, None].expand(64, 3))  # exactly r, not r^ + (r - r^) rounded
+    (d_model,) = torch.autograd.grad(rewards.sum(), model_rewards, retain_graph=True)
+    assert torch.equal(d_model, torch.ones_like(model_rewards))  # dr/dr^ = 1
+    (grad,) = torch.autograd.grad(rewards.sum(), a)
+    expected = torch.stack([2e3 * a[:, 0], torch.cos(a[:, 1]), torch.full_like(a[:, 2], 7.3)], -1).detach()
+    torch.testing.assert_close(grad, expected)
+    assert module.dyna_rewards(replay[:, None], model_rewards, "model") is model_rewards
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dyna_rewards_has_the_replay_value_exactly_and_the_model_gradient(dtype):
     import td3_huber
 
-    a = torch.tensor([0.3, -1.7], requires_grad=True)
-    model_rewards = torch.stack([a[0] ** 2 * 1e3, torch.sin(a[1])])  # one large reward: no rounding may leak
-    replay = torch.tensor([0.1, 10.0])
-    rewards = td3_huber.dyna_rewards(replay, model_rewards, "replay")
-    assert torch.equal(rewards.detach(), replay)  # exactly the replay value, not r + r^ - r^ rounded
-    (grad,) = torch.autograd.grad(rewards.sum(), a)
-    torch.testing.assert_close(grad, torch.stack([2e3 * a[0], torch.cos(a[1])]).detach())
-    assert td3_huber.dyna_rewards(replay, model_rewards, "model") is model_rewards
+    check_dyna_rewards_replay_exactness(td3_huber, dtype)
 
 
 @pytest.mark.parametrize("name", ["td3_huber", "mage_huber_sobolev", *DISTRIBUTIONAL])
@@ -61,7 +74,8 @@ def test_replay_targets_take_the_replay_reward_paired_with_its_flag(name, world_
     module = importlib.import_module(name)
     parts = trained_parts(module, world_model_kind)
     obs, actions = torch.randn(4, 3), torch.rand(4, 2) * 1.6 - 0.8
-    rewards, terminations = torch.tensor([0.0, 10.0, 0.0, -3.0]), torch.tensor([0.0, 1.0, 0.0, 1.0])
+    # terminal rewards whose round trip through r^ is not exact (r^ + (r - r^) != r for most r^, unlike 10 and -3)
+    rewards, terminations = torch.tensor([0.25, 0.1, -0.7, 1 / 3]), torch.tensor([0.0, 1.0, 0.0, 1.0])
     replay = targets_of(module, obs, actions, rewards, terminations, parts, "replay")
     model = targets_of(module, obs, actions, rewards, terminations, parts, "model")
     n = 1 if name in ("td3_huber", "mage_huber_sobolev") else 3

@@ -213,8 +213,8 @@ def test_aggregate_bad_input(tmp_path):
         (tmp_path / name / "bad").mkdir()
         (tmp_path / name / "bad" / "summary.json").write_bytes(content)
         cases.append((name, f"{Path(name, 'bad', 'summary.json')} is not a run summary ({reason}"))
-    for runs_dir, message in cases:
-        result = run_tool("aggregate.py", runs_dir, "--out", "out", cwd=tmp_path)
+    for runs_dir, message in cases:  # --strict: the first bad summary.json stops the aggregation
+        result = run_tool("aggregate.py", runs_dir, "--out", "out", "--strict", cwd=tmp_path)
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith("aggregate.py: error:")
         assert message in lines[0] and "Traceback" not in result.stderr

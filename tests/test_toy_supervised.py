@@ -2,8 +2,12 @@
 
 import json
 import math
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -198,6 +202,12 @@ def test_short_run_writes_summary_figures_and_tensorboard(tmp_path):
         (dict(variants=()), "--variants"),
         (dict(unlimited=False, num_points=()), "nothing to run"),
         (dict(betas=(0.5, 1.0)), "--betas"),
+        (dict(betas=(0.5, math.nan)), "--betas must be finite and in [0, 1) (got 0.5 nan)"),
+        (dict(learning_rate=math.nan), "--learning-rate must be finite and > 0 (got nan)"),
+        (dict(learning_rate=math.inf), "--learning-rate must be finite and > 0 (got inf)"),
+        (dict(grad_weight=math.inf), "--grad-weight must be finite and >= 0 (got inf)"),
+        (dict(input_noise=math.nan), "--input-noise must be finite and >= 0 (got nan)"),
+        (dict(seed=-1), "--seed must be >= 0 (got -1)"),
     ],
 )
 def test_bad_values_are_reported(overrides, message):
@@ -219,3 +229,128 @@ def test_unknown_variant_is_rejected():
     )
     assert result.returncode != 0
     assert "gan" in result.stderr and "Traceback" not in result.stderr
+
+
+SMALLEST = "--no-cuda --batch-size 4 --hidden-dim 4 --eval-points 2 --eval-samples 2 --num-points 4".split()
+
+
+def message_lines(stderr: str) -> list[str]:
+    """The non-empty stderr lines, progress-bar redraws removed."""
+    return [line for line in stderr.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
+
+
+def test_non_finite_float_flags_exit_with_one_line():
+    cases = [("--learning-rate", "nan"), ("--learning-rate", "inf")]  # the other flags: test_bad_values_are_reported
+    processes = [  # side by side: each run is mostly the interpreter's start
+        subprocess.Popen([sys.executable, str(SCRIPT), *case], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for case in cases
+    ]
+    for case, process in zip(cases, processes):
+        stdout, stderr = process.communicate(timeout=60)
+        lines = stderr.strip().splitlines()
+        assert process.returncode != 0 and stdout == "" and len(lines) == 1, stderr
+        assert lines[0] == f"toy_supervised_sobolev.py: error: {case[0]} must be " + lines[0].split(" must be ")[1]
+        assert lines[0].endswith(f"(got {' '.join(case[1:])})") and "Traceback" not in stderr
+
+
+def test_unwritable_output_folder_is_one_line_before_any_work(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    out_dir = blocker / "out"  # cannot be created, even by root
+    with pytest.raises(SystemExit) as exit_info:
+        tss.main(tiny_args(out_dir, num_workers=1))
+    assert exit_info.value.code == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"toy_supervised_sobolev.py: error: cannot write to the output folder {out_dir} (Not a directory)"]
+
+
+def start_and_wait_for_training(command: list[str], cwd: Path, **popen_kwargs) -> subprocess.Popen:
+    """Start the script and return once its progress bar shows trained steps (read from its stderr as it comes)."""
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen_kwargs)
+    seen, deadline = b"", time.monotonic() + 60
+    while not re.search(rb"\| *[1-9][0-9]*/[0-9]+ \[", seen):
+        assert time.monotonic() < deadline and process.poll() is None, seen.decode()
+        seen += os.read(process.stderr.fileno(), 4096)
+    process.already_read = seen.decode()
+    return process
+
+
+def finish(process: subprocess.Popen) -> tuple[int, str]:
+    _, stderr = process.communicate(timeout=60)
+    return process.returncode, process.already_read + stderr.decode()
+
+
+def test_sigterm_stops_training_with_one_line(tmp_path):
+    out_dir = tmp_path / "out"
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        *SMALLEST,
+        "--num-workers",
+        "1",
+        "--num-steps",
+        "1000000",
+        "--out-dir",
+        str(out_dir),
+    ]
+    process = start_and_wait_for_training(command, tmp_path)
+    process.send_signal(signal.SIGTERM)
+    returncode, stderr = finish(process)
+    lines = message_lines(stderr)
+    assert returncode == 1 and len(lines) == 1 and "Traceback" not in stderr, stderr
+    assert re.fullmatch(
+        r"toy_supervised_sobolev\.py: error: interrupted at step [1-9][0-9]* of 8000000 \(no training finished\); "
+        rf"no results to save \(TensorBoard logs so far in {re.escape(str(out_dir))}\)",
+        lines[0],
+    )
+    assert not (out_dir / "summary.json").exists()
+    assert list((out_dir / "unlimited" / "mmd_sobolev").glob("events.out.tfevents.*"))
+
+
+def test_ctrl_c_stops_the_worker_processes_too(tmp_path):
+    """Ctrl-C reaches the whole process group: the workers leave it to the main process, which stops them."""
+    out_dir = tmp_path / "out"
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        *SMALLEST,
+        "--num-workers",
+        "2",
+        "--num-steps",
+        "1000000",
+        "--out-dir",
+        str(out_dir),
+    ]
+    process = start_and_wait_for_training(command, tmp_path, start_new_session=True)
+    os.killpg(process.pid, signal.SIGINT)
+    returncode, stderr = finish(process)
+    lines = message_lines(stderr)
+    assert returncode == 1 and len(lines) == 1 and "Traceback" not in stderr, stderr
+    assert "error: interrupted at step" in lines[0] and "(no training finished); no results to save" in lines[0]
+
+
+def test_interruption_saves_the_finished_trainings(tmp_path, monkeypatch, capsys):
+    real_train_job, calls = tss.train_job, []
+
+    def train_job_interrupted_at_the_third(*job_args):
+        calls.append(job_args[1:3])
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # what Ctrl-C, or SIGTERM through the script's handler, raises
+        return real_train_job(*job_args)
+
+    monkeypatch.setattr(tss, "train_job", train_job_interrupted_at_the_third)
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as exit_info:
+        tss.main(tiny_args(tmp_path, num_workers=1))
+    assert exit_info.value.code == 1
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # restored
+    lines = message_lines(capsys.readouterr().err)
+    assert lines == [
+        "toy_supervised_sobolev.py: error: interrupted at step 80 of 320 (2 of 8 trainings finished); "
+        f"their results saved in {tmp_path / 'summary.json'}, no figures drawn"
+    ]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert {regime: list(variants) for regime, variants in summary["results"].items()} == {"unlimited": ["mmd_sobolev", "mmd"]}
+    assert summary["results"]["unlimited"]["mmd"]["history"]["step"] == [0, 20, 40]
+    assert not list(tmp_path.glob("*.png"))

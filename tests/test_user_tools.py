@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import imageio
@@ -159,10 +160,14 @@ def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(
         *"--total-timesteps 3000000 --eval-frequency 1000000".split(),
     ]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    note = process.stdout.readline()  # printed at the 5th learning step: ms per step x 3M steps is hours
+    note = process.stderr.readline()  # printed before the warm-up: one update's time x 3M steps is hours
+    assert note.startswith("note: one update takes") and "s on this CPU" in note and "PointMass-v0" in note
+    drawn = ""
+    while drawn.count("it/s") < 2:  # the bar redrawn a second later: past the warm-up (100 steps)
+        drawn += process.stderr.read(1)
+    time.sleep(1.0)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
-    assert note.startswith("note:") and "s per step measured on this CPU" in note and "PointMass-v0" in note
     lines = error_lines(subprocess.CompletedProcess(command, process.returncode, "", stderr))
     assert process.returncode == 1 and len(lines) == 1 and "interrupted at step" in lines[0], stderr
     run_dir = only_run_dir(tmp_path)

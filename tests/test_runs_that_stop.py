@@ -1,0 +1,128 @@
+"""Runs that stop and commands that must refuse, as a user meets them: a run stopped by SIGTERM resumes to its own end
+with the command it printed; a finished run resumed is left alone; bad flags, paths and files give one line, a
+non-zero exit and no traceback, and change nothing a run had written."""
+
+import hashlib
+import re
+import signal
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import ROOT, error_lines, only_run_dir, read_summary, run_script
+
+import flag_extras
+import td3_huber
+
+TINY = (
+    "--env-id PointMass-v0 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 --batch-size 16 --updates-per-step 1 "
+    "--eval-episodes 2 --contraction-frequency 0"
+).split()
+
+
+def train(cwd: Path, *flags: str) -> Path:
+    result = run_script("td3_huber.py", *TINY, *flags, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return only_run_dir(cwd)
+
+
+def hashes(folder: Path) -> dict[str, str]:
+    """sha256 of every file below a folder, by relative path."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()}
+
+
+def refused(result: subprocess.CompletedProcess, message: str) -> None:
+    lines = error_lines(result)
+    assert result.returncode != 0 and len(lines) == 1 and message in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_run_stopped_by_sigterm_resumes_to_its_own_end_with_the_printed_command(tmp_path):
+    command = [sys.executable, str(ROOT / "td3_huber.py"), *TINY, *"--no-dyna --total-timesteps 3000".split()]
+    command += ["--eval-frequency", "1000"]
+    process = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    drawn = ""
+    while drawn.count("%|") < 2:  # the bar redrawn: the loop runs, SIGTERM is handled like Ctrl-C
+        drawn += process.stderr.read(1)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    lines = error_lines(subprocess.CompletedProcess(command, process.returncode, "", drawn + stderr))
+    assert process.returncode == 1 and "interrupted at step" in lines[-1], stderr
+    printed = re.search(r"resume with (--resume \S+)", lines[-1]).group(1).split()
+    resumed = run_script("td3_huber.py", *printed, cwd=tmp_path)  # exactly the printed command, no budget given
+    assert resumed.returncode == 0, resumed.stderr
+    run_dir = only_run_dir(tmp_path)
+    summary = read_summary(run_dir)
+    assert summary["eval_steps"][-1] == 3000 and summary["args"]["total_timesteps"] == 3000
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["global_step"] == 3000
+
+
+def test_a_finished_run_is_left_alone_and_a_non_finite_checkpoint_is_refused(tmp_path):
+    run_dir = train(tmp_path, "--total-timesteps", "200", "--eval-frequency", "100", "--save-model")
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    checkpoint["actor"]["net.0.weight"][0, 0] = float("nan")
+    torch.save(checkpoint, run_dir / "nonfinite_checkpoint.pt")
+    before = hashes(tmp_path)
+    result = run_script("td3_huber.py", "--resume", str(run_dir), cwd=tmp_path)  # its budget: the checkpoint's 200
+    assert result.returncode == 0 and "at step 200 of 200: nothing to do" in result.stderr, result.stderr
+    refused(
+        run_script("td3_huber.py", "--resume", str(run_dir / "model.pt"), cwd=tmp_path), "is a saved model, not a checkpoint"
+    )
+    for flag in ("--resume", "--evaluate"):
+        result = run_script("td3_huber.py", flag, str(run_dir / "nonfinite_checkpoint.pt"), cwd=tmp_path)
+        refused(result, "holds non-finite weights")
+        assert "for inspection" in result.stderr
+    assert hashes(tmp_path) == before
+    for _ in range(2):  # a second evaluation is written beside the first
+        assert run_script("td3_huber.py", "--evaluate", str(run_dir), "--eval-episodes", "1", cwd=tmp_path).returncode == 0
+    assert hashes(tmp_path).items() >= before.items()
+    assert (run_dir / "evaluation.json").is_file() and (run_dir / "evaluation-2.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--env-id", "Hopper-v2"], "Hopper-v2 needs mujoco-py (the paper's ids): use Hopper-v4 or Hopper-v5"),
+        (["--exploration-noise", "inf"], "--exploration-noise must be finite (got inf)"),
+        (["--policy-noise", "nan"], "--policy-noise must be finite (got nan)"),
+        (["--learning-rate", "inf"], "--learning-rate must be finite"),
+        (["--dyn-noise", "gauss", "--dyn-noise-std", "inf"], "--dyn-noise-std must be finite"),
+        (["--env-id", "PointMass-v0"], "cannot write to runs/PointMass-v0__td3_huber__"),  # `runs` is a file here
+    ],
+)
+def test_bad_flags_and_paths_give_one_line_and_write_nothing(tmp_path, flags, message):
+    (tmp_path / "runs").write_text("not a folder")
+    before = hashes(tmp_path)
+    refused(run_script("td3_huber.py", *flags, cwd=tmp_path), message)
+    assert hashes(tmp_path) == before
+
+
+def test_unwritable_run_folders_are_refused_before_any_work(tmp_path, monkeypatch):
+    """As root, permission bits do not stop writes, so the refusal is made to happen the way a read-only folder fails:
+    the writability probe raises PermissionError."""
+    run_dir = train(tmp_path, "--total-timesteps", "200", "--eval-frequency", "100", "--save-model")
+    before = hashes(tmp_path)
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(flag_extras.tempfile, "TemporaryFile", read_only)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["td3_huber.py", "--total-timesteps", "300"])  # a budget given, as on a command line
+    for flags in (dict(resume=str(run_dir), total_timesteps=300), dict(evaluate=str(run_dir))):
+        with pytest.raises(SystemExit, match=f"cannot write to {re.escape(str(run_dir))}: Permission denied"):
+            td3_huber.main(td3_huber.Args(**flags))
+    assert hashes(tmp_path) == before
+
+
+def test_track_honours_wandb_dir(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=lambda **kwargs: calls.append(kwargs)))
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "elsewhere"))
+    flag_extras.start_tracking(td3_huber.Args(), str(tmp_path / "runs" / "a_run"))
+    monkeypatch.delenv("WANDB_DIR")
+    flag_extras.start_tracking(td3_huber.Args(), str(tmp_path / "runs" / "a_run"))
+    assert [call["dir"] for call in calls] == [str(tmp_path / "elsewhere"), str(tmp_path / "runs")]
