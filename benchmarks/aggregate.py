@@ -219,12 +219,13 @@ def read_run(path: str, run_dir: str, split_by: list[str] = ()) -> dict:
     }
 
 
-def load_runs(runs_dir: str, split_by: list[str] = (), strict: bool = False) -> list[dict]:
-    """One dict per summary.json under runs_dir: script (with the `split_by` settings' values), env, noise, seed, the
-    metrics, the curve, run_dir, args. A summary.json that is not a run summary is left out with a warning naming it,
-    or, if that leaves no run, exits with one error line; with `strict`, the first one exits with one error line."""
+def load_runs(runs_dir: str | list[str], split_by: list[str] = (), strict: bool = False) -> list[dict]:
+    """One dict per summary.json under runs_dir (or under each of a list of dirs): script (with the `split_by` settings'
+    values), env, noise, seed, the metrics, the curve, run_dir, args. A summary.json that is not a run summary is left
+    out with a warning naming it, or, if that leaves no run, exits with one error line; with `strict`, the first one
+    exits with one error line."""
     runs, bad, unfinished = [], [], 0
-    for root, dirs, files in os.walk(runs_dir):
+    for root, dirs, files in (w for d in ([runs_dir] if isinstance(runs_dir, str) else runs_dir) for w in os.walk(d)):
         dirs.sort()
         if "summary.json" not in files:
             unfinished += any(f == "checkpoint.pt" or f.startswith("events.out.tfevents") for f in files)
@@ -241,10 +242,11 @@ def load_runs(runs_dir: str, split_by: list[str] = (), strict: bool = False) -> 
         warn(f"{unfinished} unfinished run(s) without summary.json left out")
     if bad and not runs:
         path, reason = bad[0]
+        where = repr(runs_dir) if isinstance(runs_dir, str) else f"the {len(runs_dir)} job folders"
         if len(bad) == 1:
-            fail(f"nothing to aggregate: {path}, the only summary.json under {runs_dir!r}, is not a run summary ({reason})")
+            fail(f"nothing to aggregate: {path}, the only summary.json under {where}, is not a run summary ({reason})")
         fail(
-            f"nothing to aggregate: none of the {len(bad)} summary.json under {runs_dir!r} is a run summary "
+            f"nothing to aggregate: none of the {len(bad)} summary.json under {where} is a run summary "
             f"(the first: {path}: {reason})"
         )
     for path, reason in bad:

@@ -73,17 +73,9 @@ STDERR_TAIL_LINES = 5
 
 
 @dataclass
-class Args:
-    env_ids: list[str]
-    """the environments (any id the scripts accept, e.g. Walker2d-v4 PointMass-v0)"""
-    scripts: list[str] = field(default_factory=lambda: [s for s in ALL_SCRIPTS if os.path.exists(f"{ROOT}/{s}.py")])
-    """the RL scripts at the project's top level, with or without .py"""
-    seeds: list[int] = field(default_factory=lambda: list(range(1, 11)))
-    """the seeds (default: the paper's 10)"""
-    flag_sets: Annotated[list[str], tyro.conf.UseAppendAction] = field(default_factory=list)
-    """extra flags, one quoted string per setting: --flag-sets "" "--obs-noise mult" (default: "", no extra flags)"""
-    common: str = ""
-    """flags for every job (e.g. "--total-timesteps 20000 --eval-frequency 1000"), before the flag set's"""
+class Launch:
+    """How and where the jobs run: run_grid.py's options, shared with benchmarks/paper.py."""
+
     grid_dir: str = "runs_grid"
     """where the job directories, grid_log.jsonl and the submitit files go"""
     workers: int = 1
@@ -102,6 +94,20 @@ class Args:
     """CPUs per job"""
     slurm_array_parallelism: int = 64
     """jobs of the array running at the same time"""
+
+
+@dataclass(kw_only=True)
+class Args(Launch):
+    env_ids: list[str]
+    """the environments (any id the scripts accept, e.g. Walker2d-v4 PointMass-v0)"""
+    scripts: list[str] = field(default_factory=lambda: [s for s in ALL_SCRIPTS if os.path.exists(f"{ROOT}/{s}.py")])
+    """the RL scripts at the project's top level, with or without .py"""
+    seeds: list[int] = field(default_factory=lambda: list(range(1, 11)))
+    """the seeds (default: the paper's 10)"""
+    flag_sets: Annotated[list[str], tyro.conf.UseAppendAction] = field(default_factory=list)
+    """extra flags, one quoted string per setting: --flag-sets "" "--obs-noise mult" (default: "", no extra flags)"""
+    common: str = ""
+    """flags for every job (e.g. "--total-timesteps 20000 --eval-frequency 1000"), before the flag set's"""
     dry_run: bool = False
     """print each job's state (run, resume, done) and command, and run nothing"""
 
@@ -125,8 +131,8 @@ class Job:
 
 
 def fail(message: str) -> None:
-    """One line on stderr, exit status 1, no traceback."""
-    raise SystemExit(f"run_grid.py: error: {message}")
+    """One line on stderr, exit status 1, no traceback (named after the tool run: run_grid.py or paper.py)."""
+    raise SystemExit(f"{os.path.basename(sys.argv[0])}: error: {message}")
 
 
 def slug(flag_set: list[str]) -> str:
@@ -147,16 +153,20 @@ def split_flags(text: str, what: str) -> list[str]:
     return tokens
 
 
+def check_launch(launch: Launch) -> None:
+    if launch.workers < 1:
+        fail("--workers must be >= 1")
+    if launch.threads_per_job is not None and launch.threads_per_job < 1:
+        fail("--threads-per-job must be >= 1")
+    if min(launch.slurm_time_min, launch.slurm_cpus_per_task, launch.slurm_array_parallelism) < 1:
+        fail("--slurm-time-min, --slurm-cpus-per-task and --slurm-array-parallelism must be >= 1")
+    if launch.slurm_gpus_per_task < 0:
+        fail("--slurm-gpus-per-task must be >= 0")
+
+
 def build_jobs(args: Args) -> list[Job]:
     """The grid in seed-major order; validates the flags (exits with one line on error)."""
-    if args.workers < 1:
-        fail("--workers must be >= 1")
-    if args.threads_per_job is not None and args.threads_per_job < 1:
-        fail("--threads-per-job must be >= 1")
-    if min(args.slurm_time_min, args.slurm_cpus_per_task, args.slurm_array_parallelism) < 1:
-        fail("--slurm-time-min, --slurm-cpus-per-task and --slurm-array-parallelism must be >= 1")
-    if args.slurm_gpus_per_task < 0:
-        fail("--slurm-gpus-per-task must be >= 0")
+    check_launch(args)
     scripts = list(dict.fromkeys(s[: -len(".py")] if s.endswith(".py") else s for s in args.scripts))
     for script in scripts:
         if os.path.basename(script) != script or not os.path.isfile(os.path.join(ROOT, f"{script}.py")):
@@ -405,12 +415,11 @@ def run_local(jobs: list[Job], workers: int) -> tuple[list[dict], bool]:
     return records, False
 
 
-def run_submitit(jobs: list[Job], args: Args) -> tuple[list[dict], bool]:
-    """A Slurm job array (or submitit's LocalExecutor, at most --workers at a time), then wait for every job."""
+def make_executor(args: Launch):
+    """submitit's SlurmExecutor (or its LocalExecutor for submitit-local) with the --slurm-* settings, logs and pickles
+    in <grid dir>/submitit."""
     import submitit
 
-    if not jobs:
-        return [], False
     folder = os.path.join(os.path.abspath(args.grid_dir), "submitit")
     if args.backend == "slurm":
         try:
@@ -428,13 +437,22 @@ def run_submitit(jobs: list[Job], args: Args) -> tuple[list[dict], bool]:
             signal_delay_s=SIGNAL_DELAY_S,
             **({"partition": args.slurm_partition} if args.slurm_partition else {}),
         )
-        limit = len(jobs)
     else:
         executor = submitit.LocalExecutor(folder=folder)
         executor.update_parameters(
             timeout_min=args.slurm_time_min, gpus_per_node=args.slurm_gpus_per_task, signal_delay_s=SIGNAL_DELAY_S
         )
-        limit = args.workers
+    return executor
+
+
+def run_submitit(jobs: list[Job], args: Launch) -> tuple[list[dict], bool]:
+    """A Slurm job array (or submitit's LocalExecutor, at most --workers at a time), then wait for every job."""
+
+    if not jobs:
+        return [], False
+    folder = os.path.join(os.path.abspath(args.grid_dir), "submitit")
+    executor = make_executor(args)
+    limit = len(jobs) if args.backend == "slurm" else args.workers
     pending, running, records = list(jobs), {}, []
     try:
         while args.backend == "slurm" and pending:  # arrays of at most MAX_ARRAY_SIZE jobs (Slurm's default limit)
@@ -499,31 +517,22 @@ def attach_flag_values(argv: list[str]) -> list[str]:
     return out
 
 
-def main(args: Args) -> None:
-    unignore_sigint()
-    jobs = build_jobs(args)
-    for job in jobs:
-        check_job_dir(job)
+def launch(jobs: list[Job], options: Launch) -> int:
+    """Runs the jobs that are not done (the others are skipped) and prints the summary. Returns the exit status: 0, 1 if
+    a job failed or was busy, 130 if interrupted."""
     states = {job: job_state(job.job_dir) for job in jobs}
-    if args.dry_run:
-        for job in jobs:
-            state, checkpoint = states[job]
-            resume = f" --resume {shlex.quote(checkpoint)}" if checkpoint else ""
-            print(
-                f"[{state}] cd {shlex.quote(job.job_dir)} && OMP_NUM_THREADS={job.threads} {shlex.join(job.command)}{resume}"
-            )
-        return
     todo = [job for job in jobs if states[job][0] != "done"]
     skipped = len(jobs) - len(todo)
     print(
-        f"{len(jobs)} jobs in {os.path.abspath(args.grid_dir)}: {skipped} skipped (summary.json exists), {len(todo)} to run",
+        f"{len(jobs)} jobs in {os.path.abspath(options.grid_dir)}: {skipped} skipped (summary.json exists), "
+        f"{len(todo)} to run",
         flush=True,
     )
-    os.makedirs(os.path.abspath(args.grid_dir), exist_ok=True)
-    if args.backend == "local":
-        records, interrupted = run_local(todo, args.workers)
+    os.makedirs(os.path.abspath(options.grid_dir), exist_ok=True)
+    if options.backend == "local":
+        records, interrupted = run_local(todo, options.workers)
     else:
-        records, interrupted = run_submitit(todo, args)
+        records, interrupted = run_submitit(todo, options)
     counts = {
         status: sum(r["status"] == status for r in records) for status in ("ok", "skipped", "failed", "busy", "interrupted")
     }
@@ -545,9 +554,26 @@ def main(args: Args) -> None:
         elif record["status"] == "busy":
             print(f"BUSY: {record['cwd']} (its job.lock is held by another invocation)")
     if interrupted:
-        raise SystemExit(130)
-    if counts["failed"] or counts["busy"]:
-        raise SystemExit(1)
+        return 130
+    return 1 if counts["failed"] or counts["busy"] else 0
+
+
+def main(args: Args) -> None:
+    unignore_sigint()
+    jobs = build_jobs(args)
+    for job in jobs:
+        check_job_dir(job)
+    if args.dry_run:
+        for job in jobs:
+            state, checkpoint = job_state(job.job_dir)
+            resume = f" --resume {shlex.quote(checkpoint)}" if checkpoint else ""
+            print(
+                f"[{state}] cd {shlex.quote(job.job_dir)} && OMP_NUM_THREADS={job.threads} {shlex.join(job.command)}{resume}"
+            )
+        return
+    status = launch(jobs, args)
+    if status:
+        raise SystemExit(status)
 
 
 if __name__ == "__main__":
