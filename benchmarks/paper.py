@@ -357,7 +357,9 @@ def list_experiments(args: List) -> None:
         print(f"    {len(jobs)} runs, {hours(gpu)} GPU-hours on an H100, {hours(cpu)} CPU-hours here")
         print("\n".join(describe(name, jobs)))
     print(f"{RUNTIME}: {RUNTIME_REPRODUCES}")
-    print(f"    6 timings (python benchmarks/timing.py --env-id Humanoid-v4), {RUNTIME_COST} hours (estimated) on a GPU or here")
+    print(
+        f"    6 timings (python benchmarks/timing.py --env-id Humanoid-v4), {RUNTIME_COST} hours (estimated) on a GPU or here"
+    )
     print(f"{TOY_SUPERVISED[0]}: {TOY_SUPERVISED[1]}")
     print(f"    {TOY_SUPERVISED[2]}")
     print(f"cost: {model.basis()}")
@@ -433,7 +435,9 @@ def run_runtime(args: Run) -> int:
     command = runtime_command(args)
     if args.dry_run:
         print(shlex.join(command))
-        print(f"cost: 6 timings, {RUNTIME_COST} hours (estimated) on a GPU or here (each: probes, ~20 s timed, two FLOP-counted runs)")
+        print(
+            f"cost: 6 timings, {RUNTIME_COST} hours (estimated) on a GPU or here (each: probes, ~20 s timed, two FLOP-counted runs)"
+        )
         return 0
     os.makedirs(os.path.dirname(command[command.index("--out") + 1]), exist_ok=True)
     if args.backend == "local":
