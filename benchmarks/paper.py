@@ -5,7 +5,7 @@ Usage:
     python benchmarks/paper.py list                       # every experiment: what it reproduces, its runs, its cost
     python benchmarks/paper.py run mujoco --dry-run       # every run and the projected GPU- and CPU-hours
     python benchmarks/paper.py run mujoco --backend slurm --slurm-partition gpu --slurm-gpus-per-task 1
-    python benchmarks/paper.py run toy-rl --workers 2     # here
+    python benchmarks/paper.py run toy-rl --workers 2     # locally (a GPU machine: see the costs)
     python benchmarks/paper.py run ablation-bandwidth --smoke --workers 2   # every definition launched at toy sizes
     python benchmarks/paper.py count-flops                # after changing a definition: the FLOP counts its cost needs
 
