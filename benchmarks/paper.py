@@ -366,11 +366,8 @@ def list_experiments(args: List) -> None:
 
 
 def dry_run(name: str, jobs: list[run_grid.Job], smoke: bool) -> None:
-    states = [run_grid.job_state(job.job_dir) for job in jobs]
-    for job, (state, checkpoint) in zip(jobs, states):
-        resume = f" --resume {shlex.quote(checkpoint)}" if checkpoint else ""
-        print(f"[{state}] cd {shlex.quote(job.job_dir)} && {shlex.join(job.command)}{resume}")
-    todo = [job for job, (state, _) in zip(jobs, states) if state != "done"]
+    states = run_grid.print_jobs(jobs)
+    todo = [job for job, state in zip(jobs, states) if state != "done"]
     print(f"{name}: {len(jobs)} runs, {len(jobs) - len(todo)} done, {len(todo)} to run")
     if smoke:
         print(f"cost: ~{len(todo) * SMOKE_SECONDS_PER_RUN / 60:.1f} CPU-minutes here ({SMOKE_SECONDS_PER_RUN:g} s per run)")
@@ -442,7 +439,6 @@ def run_runtime(args: Run) -> int:
     os.makedirs(os.path.dirname(command[command.index("--out") + 1]), exist_ok=True)
     if args.backend == "local":
         return subprocess.run(command, cwd=ROOT).returncode
-    pickle_run_grid_by_value()
 
     executor = run_grid.make_executor(args)
     job = executor.submit(subprocess.run, command, cwd=ROOT)

@@ -517,6 +517,17 @@ def attach_flag_values(argv: list[str]) -> list[str]:
     return out
 
 
+def print_jobs(jobs: list[Job]) -> list[str]:
+    """Each job's state (new, resume, done) and the command that would run it; returns the states."""
+    states = []
+    for job in jobs:
+        state, checkpoint = job_state(job.job_dir)
+        resume = f" --resume {shlex.quote(checkpoint)}" if checkpoint else ""
+        print(f"[{state}] cd {shlex.quote(job.job_dir)} && OMP_NUM_THREADS={job.threads} {shlex.join(job.command)}{resume}")
+        states.append(state)
+    return states
+
+
 def launch(jobs: list[Job], options: Launch) -> int:
     """Runs the jobs that are not done (the others are skipped) and prints the summary. Returns the exit status: 0, 1 if
     a job failed or was busy, 130 if interrupted."""
@@ -564,12 +575,7 @@ def main(args: Args) -> None:
     for job in jobs:
         check_job_dir(job)
     if args.dry_run:
-        for job in jobs:
-            state, checkpoint = job_state(job.job_dir)
-            resume = f" --resume {shlex.quote(checkpoint)}" if checkpoint else ""
-            print(
-                f"[{state}] cd {shlex.quote(job.job_dir)} && OMP_NUM_THREADS={job.threads} {shlex.join(job.command)}{resume}"
-            )
+        print_jobs(jobs)
         return
     status = launch(jobs, args)
     if status:

@@ -218,32 +218,14 @@ def critic_update_breakdown(module, args: Args, variant: list[str]) -> tuple[lis
         )
     )
     with PartProfile() as profile:
-        if hasattr(module, "td_targets"):
-            targets = module.td_targets(
-                data,
-                world_model,
-                target_actor,
-                target_critic,
-                a.gamma,
-                a.policy_noise,
-                a.noise_clip,
-                a.double_q,
-                a.dyna_reward,
-            )
-            loss = module.critic_loss(critic(data.obs, data.actions), targets)
-        elif hasattr(a, "grad_loss_weight"):
-            targets = module.sobolev_targets(
-                data,
-                world_model,
-                target_actor,
-                target_critic,
-                a.gamma,
-                a.policy_noise,
-                a.noise_clip,
-                a.double_q,
-                a.dyna_reward,
-            )
-            loss = module.critic_loss(module.sobolev_samples(critic, data.obs, data.actions), targets, a.grad_loss_weight)
+        if hasattr(a, "double_q"):  # the deterministic critics: TD3 (td_targets) and MAGE (sobolev_targets)
+            deterministic_targets = getattr(module, "td_targets", None) or module.sobolev_targets
+            target_args = (a.gamma, a.policy_noise, a.noise_clip, a.double_q, a.dyna_reward)
+            targets = deterministic_targets(data, world_model, target_actor, target_critic, *target_args)
+            if hasattr(module, "td_targets"):
+                loss = module.critic_loss(critic(data.obs, data.actions), targets)
+            else:
+                loss = module.critic_loss(module.sobolev_samples(critic, data.obs, data.actions), targets, a.grad_loss_weight)
         else:
             target_args = (
                 data.obs,

@@ -9,6 +9,8 @@ from pathlib import Path
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = Path(__file__).resolve().parents[1]
+RL_SCRIPTS = ("td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev")
+"""The six RL scripts (module names), in the paper's order of the baselines then DSDPG."""
 
 
 def load_benchmark(name: str):

@@ -3,13 +3,14 @@ no truncation, and the complete Sobolev operator (the flow world model has tests
 
 import importlib
 
+import helpers
 import pytest
 import torch
 from helpers import only_run_dir, read_scalars, read_summary, run_script
 
 import td3_huber
 
-SCRIPTS_WITH_WORLD_MODEL = ["td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
+SCRIPTS_WITH_WORLD_MODEL = list(helpers.RL_SCRIPTS)
 
 
 class LinearModel:

@@ -19,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+import helpers
 import pytest
 import torch
 from helpers import ROOT, error_lines, only_run_dir, read_scalars, read_summary, run_script
@@ -27,14 +28,7 @@ from torch.utils._pytree import tree_flatten
 
 import flag_extras
 
-RL_SCRIPTS = [
-    "td3_huber.py",
-    "mage_huber_sobolev.py",
-    "mmd_critic.py",
-    "iqn.py",
-    "dsdpg_mmd_sobolev.py",
-    "dsdpg_msmmd_sobolev.py",
-]
+RL_SCRIPTS = [f"{name}.py" for name in helpers.RL_SCRIPTS]
 
 TD3 = importlib.import_module("td3_huber")
 

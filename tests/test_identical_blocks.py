@@ -2,12 +2,12 @@
 made in every copy (the copies are the price of scripts that each read, and copy, alone)."""
 
 import ast
-from pathlib import Path
 
+import helpers
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ["td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
+ROOT = helpers.ROOT
+SCRIPTS = list(helpers.RL_SCRIPTS)
 DISTRIBUTIONAL = ["mmd_critic", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
 DSDPG = ["dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
 

@@ -11,19 +11,13 @@ import sys
 import time
 from pathlib import Path
 
+import helpers
 import imageio
 import pytest
 import torch
 from helpers import ROOT, error_lines, only_run_dir, read_scalars, read_summary, read_wandb_run, run_script
 
-SCRIPTS = [
-    "td3_huber.py",
-    "mage_huber_sobolev.py",
-    "mmd_critic.py",
-    "iqn.py",
-    "dsdpg_mmd_sobolev.py",
-    "dsdpg_msmmd_sobolev.py",
-]
+SCRIPTS = [f"{name}.py" for name in helpers.RL_SCRIPTS]
 TINY = [
     *(
         "--env-id PointMass-v0 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 --batch-size 16 "
