@@ -379,10 +379,10 @@ def evaluate_saved_model(args, script: ModuleType) -> None:
         "std_return": float(np.std(returns)),
         "returns": returns,
     }
-    path, copy = os.path.join(run_dir, "evaluation.json"), 1
+    path, number = os.path.join(run_dir, "evaluation.json"), 1
     while os.path.exists(path):  # earlier evaluations are kept: evaluation-2.json, evaluation-3.json, ...
-        copy += 1
-        path = os.path.join(run_dir, f"evaluation-{copy}.json")
+        number += 1
+        path = os.path.join(run_dir, f"evaluation-{number}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
     print(

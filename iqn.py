@@ -621,19 +621,13 @@ class Run:
         self.args, self.run_dir, self.stateful, self.device, self.wandb = args, run_dir, stateful, device, wandb
         self.env, self.eval_env = envs
         self.checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-        self.start_step, self.num_critic_updates, self.eval_steps, self.eval_returns, self.previous_wall_time = (
-            0,
-            0,
-            [],
-            [],
-            0.0,
-        )
+        counters = (0, 0, [], [], 0.0)
         if checkpoint is not None:  # --resume: every state and RNG as they were
             from flag_extras import restore
 
             counters = restore(checkpoint, stateful, self.env, device)
-            self.start_step, self.num_critic_updates, self.eval_steps, self.eval_returns, self.previous_wall_time = counters
-            print(f"resuming {run_dir} at step {self.start_step}", file=sys.stderr)
+            print(f"resuming {run_dir} at step {counters[0]}", file=sys.stderr)
+        self.start_step, self.num_critic_updates, self.eval_steps, self.eval_returns, self.previous_wall_time = counters
         self.writer = SummaryWriter(run_dir, purge_step=self.start_step if checkpoint is not None else None)
         if checkpoint is None:
             table = "\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])
@@ -710,8 +704,8 @@ class Run:
         save_checkpoint(self.checkpoint_path, self.state(args.total_timesteps))
         if args.save_model:
             weights = {name: network.state_dict() for name, network in model.items()}
-            torch.save(
-                {"script": os.path.basename(__file__), **weights, "args": asdict(args)}, os.path.join(self.run_dir, "model.pt")
+            save_checkpoint(
+                os.path.join(self.run_dir, "model.pt"), {"script": os.path.basename(__file__), **weights, "args": asdict(args)}
             )
         summary = dict(
             final_eval_return=returns[-1], eval_steps=self.eval_steps, eval_returns=returns, nauc=float(np.mean(returns))

@@ -531,6 +531,18 @@ def write_outputs(out: str, groups: dict, n_boot: int, seed: int) -> None:
     plot_performance_profiles(os.path.join(out, "performance_profile.png"), groups, n_boot, seed)
 
 
+def aggregate(runs: list[dict], out: str, n_boot: int, seed: int) -> tuple[dict, str]:
+    """The runs grouped, their outputs written to `out` (checked writable first): (the groups, table.md's text)."""
+    prepare_out(out)
+    groups = group_runs(runs)
+    try:
+        write_outputs(out, groups, n_boot, seed)
+        with open(os.path.join(out, "table.md")) as f:
+            return groups, f.read()
+    except OSError as error:
+        fail(f"writing the outputs to {out!r} failed ({' '.join(str(error).splitlines())})")
+
+
 def main(args: Args) -> None:
     if not os.path.isdir(args.runs_dir):
         fail(f"RUNS_DIR {args.runs_dir!r} is not a directory")
@@ -540,14 +552,7 @@ def main(args: Args) -> None:
     if not runs:
         fail(f"no summary.json under {args.runs_dir!r}")
     out = args.out if args.out is not None else os.path.join(args.runs_dir, "aggregate")
-    prepare_out(out)
-    groups = group_runs(runs)
-    try:
-        write_outputs(out, groups, args.bootstrap_samples, args.seed)
-        with open(os.path.join(out, "table.md")) as f:
-            table = f.read()
-    except OSError as error:
-        fail(f"writing the outputs to {out!r} failed ({' '.join(str(error).splitlines())})")
+    groups, table = aggregate(runs, out, args.bootstrap_samples, args.seed)
     print(f"{len(runs)} runs in {len(groups)} groups; wrote {', '.join(OUTPUTS)} to {out}")
     print(table, end="")
 

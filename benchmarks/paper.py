@@ -199,8 +199,7 @@ class CountFlops:
     (paper sizes, timing.py's counter, one process; the slowest, DSDPG on Humanoid, takes ~40 s)."""
 
 
-def fail(message: str) -> None:
-    raise SystemExit(f"paper.py: error: {message}")
+fail = run_grid.fail  # one line on stderr named after the tool run, exit status 1
 
 
 def part_args(part: Part, launch: run_grid.Launch, smoke: bool) -> run_grid.Args:
@@ -255,11 +254,11 @@ def cost_key(script: str, env_id: str, tokens: list[str]) -> str:
 
 
 def job_cost_key(job: run_grid.Job) -> str:
-    return cost_key(job.script, job.env_id, list(job.command[6:]))
+    return cost_key(job.script, job.env_id, list(job.flags))
 
 
 def iterations(job: run_grid.Job) -> int:
-    tokens = list(job.command[6:])
+    tokens = list(job.flags)
     steps = flag_value(tokens, "--total-timesteps", DEFAULT_STEPS)
     return max(0, steps - flag_value(tokens, "--learning-starts", DEFAULT_LEARNING_STARTS))
 
@@ -341,7 +340,7 @@ def list_experiments(args: List) -> None:
     for name in EXPERIMENTS:
         jobs = experiment_jobs(name, launch)
         seeds = sorted({job.seed for job in jobs})
-        steps = sorted({flag_value(list(job.command[6:]), "--total-timesteps", DEFAULT_STEPS) for job in jobs})
+        steps = sorted({flag_value(list(job.flags), "--total-timesteps", DEFAULT_STEPS) for job in jobs})
         rows.append((name, EXPERIMENTS[name].reproduces, jobs, len(seeds), steps, *projected(jobs, model)))
     if args.markdown:
         print("| experiment | reproduces | runs | seeds | steps | H100 GPU-hours | CPU-hours here |")
@@ -391,12 +390,9 @@ def aggregate_experiment(name: str, jobs: list[run_grid.Job], out: str, bootstra
     if not runs:
         print(f"{name}: no finished run to aggregate yet", file=sys.stderr)
         return
-    aggregate.prepare_out(out)
-    groups = aggregate.group_runs(runs)
-    aggregate.write_outputs(out, groups, bootstrap_samples, 0)
+    groups, table = aggregate.aggregate(runs, out, bootstrap_samples, 0)
     print(f"{name}: {len(runs)} of {len(jobs)} runs in {len(groups)} groups aggregated into {out}")
-    with open(os.path.join(out, "table.md")) as f:
-        print(f.read(), end="")
+    print(table, end="")
 
 
 def runtime_command(args: Run) -> list[str]:

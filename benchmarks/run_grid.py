@@ -126,6 +126,11 @@ class Job:
     log_path: str
 
     @property
+    def flags(self) -> tuple[str, ...]:
+        """The script's flags after --env-id and --seed: the common flags, then the flag set's."""
+        return self.command[6:]
+
+    @property
     def name(self) -> str:
         return f"{self.script} {self.env_id} {self.flag_slug} seed{self.seed}"
 
