@@ -42,7 +42,7 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present"""
     compile: bool = False
-    """torch.compile the actor and the world-model loss (the parts never differentiated twice or under vmap)"""
+    """torch.compile the actor, the world-model loss and the slicing search (fused steps; faster at toy sizes on CPU)"""
     cudagraphs: bool = False
     """capture the critic and actor updates as CUDA graphs and replay them (LeanRL-style; CUDA only)"""
 
@@ -514,6 +514,42 @@ def mmd2(x: torch.Tensor, y: torch.Tensor, h: float, estimator: str = "biased") 
     return (k_xx + n) / (n * (n - 1)) + (k_yy + m) / (m * (m - 1)) - 2 * k_xy
 
 
+def slicing_steps(
+    w: torch.Tensor,
+    theta: torch.Tensor,
+    moments: tuple[torch.Tensor, torch.Tensor],
+    diffs_t: torch.Tensor,
+    weighted_t: torch.Tensor,
+    h: float,
+    step_sizes: torch.Tensor,
+    optimizer: str,
+) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """len(step_sizes) steps of the search from the pair differences diffs_t (..., d, P) and their kernel-weighted copy
+    weighted_t: (w, theta = w / |w| (..., 1, d), Adam's moments) -> the next ones. Each row of `step_sizes` (K, 2) holds
+    a step's step size and the square root of Adam's second-moment bias correction, as tensors, so that `--compile`
+    compiles a chunk of K steps once (one fused pass over the pairs per step; unrolling all steps compiles for minutes)."""
+    first_moment, second_moment = moments
+    for step_size, bias_correction in step_sizes:
+        if torch.compiler.is_compiling():  # products as sums, which inductor fuses
+            projected = (theta.mT * diffs_t).sum(-2, keepdim=True)  # (..., 1, P)
+        else:  # eager: a batched matrix product is one dispatch
+            projected = theta @ diffs_t
+        slope = projected * torch.rsqrt(1.0 + h**2 * projected * projected)  # k' of -sqrt(1 + h^2 t^2), up to -h^2
+        if torch.compiler.is_compiling():
+            grad = torch.cat([(slope * row).sum(-1, keepdim=True) for row in weighted_t.split(1, -2)], -1)  # (..., 1, d)
+        else:
+            grad = slope @ weighted_t.mT
+        grad = grad - (grad * theta).sum(-1, keepdim=True) * theta  # d MMD^2(w / |w|) / dw at w = theta
+        if optimizer == "ascent":  # the paper's Algorithm 1: w <- w + lr d MMD^2(w / |w|) / dw, w never renormalised
+            w = w + grad * (step_size / w.norm(dim=-1, keepdim=True))
+        else:  # Adam's ascent step, taken at |w| = 1 (w is renormalised after every step)
+            first_moment = first_moment.lerp(grad, 0.1)
+            second_moment = second_moment.mul(0.999).addcmul(grad, grad, value=0.001)
+            w = theta + first_moment / (second_moment.sqrt() / bias_correction + 1e-8) * step_size
+        theta = w / w.norm(dim=-1, keepdim=True)
+    return w, theta, (first_moment, second_moment)
+
+
 def max_sliced_mmd2(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -525,9 +561,10 @@ def max_sliced_mmd2(
     optimizer: str = "adam",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Max-sliced MMD^2 between x (..., n, d) and y (..., m, d): (loss (...), theta (..., d) detached unit vectors). Per set
-    pair, theta = w / |w| (w from `initial_theta`, else N(0, I)) takes `steps` ascent steps (lr; `optimizer` "adam" or
-    "ascent") on the MMD^2 of the projected detached samples; the loss is that of the live samples on the final, stopped
-    theta. Projections theta . (u - v) are linear in theta: differences formed once, each gradient in closed form."""
+    pair, theta = w / |w| (w from `initial_theta`, else N(0, I)) takes `steps` ascent steps (lr; `optimizer` "adam",
+    betas (0.9, 0.999), eps 1e-8, or "ascent") on the MMD^2 of the projected detached samples; the loss is that of the
+    live samples on the final, stopped theta. Projections theta . (u - v) are linear in theta: differences formed once,
+    each gradient in closed form."""
     n, m, d = x.shape[-2], y.shape[-2], x.shape[-1]
     lead = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     xd, yd = x.detach().expand(*lead, n, d), y.detach().expand(*lead, m, d)
@@ -538,25 +575,18 @@ def max_sliced_mmd2(
     # (P,) weights: MMD^2 = sum_p weights_p k(theta . diffs_p)
     scales = [(xi.shape[0], 2.0 / within[0]), (yi.shape[0], 2.0 / within[1]), (n * m, -2.0 / (n * m))]
     weights = torch.cat([x.new_full((count,), scale) for count, scale in scales])
-    diffs_t = diffs.transpose(-1, -2).contiguous()  # (..., d, P): row-vector products are the fast layout on CPU
-    weighted_diffs = diffs * (-(h**2) * weights).unsqueeze(-1)  # (..., P, d)
+    diffs_t = diffs.transpose(-1, -2).contiguous()  # (..., d, P): pairs last, the fast layout on CPU
+    weighted_t = diffs_t * (-(h**2) * weights)  # (..., d, P)
     theta = torch.randn(*lead, d, device=x.device) if initial_theta is None else initial_theta.detach()
     w = theta = F.normalize(theta.expand(*lead, d), dim=-1).unsqueeze(-2)  # (..., 1, d)
-    first_moment, second_moment, one = torch.zeros_like(w), torch.zeros_like(w), x.new_ones(())
-    beta1, beta2, eps = 0.9, 0.999, 1e-8
-    for step in range(1, steps + 1):  # few, in-place operations: at small sizes a step costs one dispatch per operation
-        projected = theta @ diffs_t  # (..., 1, P)
-        slope = torch.addcmul(one, projected, projected, value=h**2).rsqrt_().mul_(projected)  # k' of -sqrt(1 + h^2 t^2)
-        grad = slope @ weighted_diffs  # (..., 1, d)
-        grad -= (grad @ theta.transpose(-1, -2)) * theta  # d MMD^2(w / |w|) / dw at |w| = 1
-        if optimizer == "ascent":  # the paper's Algorithm 1: w <- w + lr d MMD^2(w / |w|) / dw, w never renormalised
-            w = w + grad * (lr / w.norm(dim=-1, keepdim=True))
-        else:  # Adam's ascent step, taken at |w| = 1 (w is renormalised after every step)
-            first_moment.lerp_(grad, 1 - beta1)
-            second_moment.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denominator = (second_moment.sqrt() / math.sqrt(1 - beta2**step)).add_(eps)
-            w = theta.addcdiv(first_moment, denominator, value=lr / (1 - beta1**step))
-        theta = w / w.norm(dim=-1, keepdim=True)
+    moments = (torch.zeros_like(theta), torch.zeros_like(theta))
+    step = torch.arange(1, steps + 1, dtype=x.dtype, device=x.device)
+    if optimizer == "ascent":
+        step_sizes = torch.full((steps, 2), lr, dtype=x.dtype, device=x.device)
+    else:  # Adam's bias corrections
+        step_sizes = torch.stack([lr / (1 - 0.9**step), (1 - 0.999**step).sqrt()], -1)  # (steps, 2)
+    for chunk in step_sizes.split(10):  # (10, 2): what --compile compiles at once
+        w, theta, moments = slicing_steps(w, theta, moments, diffs_t, weighted_t, h, chunk, optimizer)
     return mmd2(x @ theta.transpose(-1, -2), y @ theta.transpose(-1, -2), h, estimator), theta.squeeze(-2)
 
 
@@ -900,7 +930,7 @@ def main(args: Args) -> None:
     if args.compile:
         from flag_extras import compile_parts
 
-        compile_parts(actor, world_model)
+        compile_parts(actor, world_model, sys.modules[__name__])
 
     # ALGO LOGIC: one critic update and one actor update, functions of device tensors with no host sync inside, so that
     # --cudagraphs can capture each as one CUDA graph; without it they run eagerly as written

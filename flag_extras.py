@@ -443,12 +443,15 @@ def make_video_env(args, make_env: Callable, video_dir: str) -> gym.Env:
 
 
 # COMPILATION (--compile) AND THE CPU COST NOTE
-def compile_parts(actor: nn.Module, world_model: nn.Module | None) -> None:
-    """torch.compile the actor and the world-model loss (the parts never differentiated twice or under vmap)."""
+def compile_parts(actor: nn.Module, world_model: nn.Module | None, script: ModuleType) -> None:
+    """torch.compile the parts never differentiated twice or under vmap: the actor, the world-model loss and, in
+    DSDPG-MSMMD, the slicing search's chunk of steps."""
     torch._inductor.config.fallback_random = True  # compiled code draws the same random numbers as eager code
     actor.compile()
     if world_model is not None:  # td3_huber --no-dyna has none
         world_model.loss = torch.compile(world_model.loss)
+    if hasattr(script, "slicing_steps"):
+        script.slicing_steps = torch.compile(script.slicing_steps, fullgraph=True, dynamic=False)
 
 
 def cpu_cost_note(updates: tuple[Callable, Callable], stateful: dict, args, script_file: str) -> None:

@@ -767,7 +767,7 @@ def main(args: Args) -> None:
     if args.compile:
         from flag_extras import compile_parts
 
-        compile_parts(actor, world_model)
+        compile_parts(actor, world_model, sys.modules[__name__])
 
     # ALGO LOGIC: one critic update and one actor update, functions of device tensors with no host sync inside, so that
     # --cudagraphs can capture each as one CUDA graph; without it they run eagerly as written

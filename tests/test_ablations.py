@@ -232,8 +232,8 @@ def test_overestimation_ablations_run_end_to_end(tmp_path, script, flags, env_id
 
 
 def test_compile_flag_trains_like_eager(tmp_path):
-    """--compile (torch.compile of the actor and the world-model loss) runs on the CPU and gives the eager run's numbers
-    up to floating-point reassociation."""
+    """--compile (torch.compile of the actor, the world-model loss and the slicing search's steps) runs on the CPU and
+    gives the eager run's numbers up to floating-point reassociation."""
     common = [
         *(
             "--env-id PointMass-v0 --total-timesteps 120 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 "
@@ -247,5 +247,6 @@ def test_compile_flag_trains_like_eager(tmp_path):
         cwd.mkdir()
         result = run_script("dsdpg_msmmd_sobolev.py", *common, flag, cwd=cwd)
         assert result.returncode == 0, result.stderr
-        losses[flag] = [v for _, v in read_scalars(only_run_dir(cwd))["losses/world_model_loss"]]
+        scalars = read_scalars(only_run_dir(cwd))
+        losses[flag] = [v for tag in ("losses/world_model_loss", "losses/qf_loss") for _, v in scalars[tag]]
     assert losses["--compile"] == pytest.approx(losses["--no-compile"], rel=1e-3)
