@@ -66,3 +66,17 @@ def test_dsdpg_critic_update_stays_at_its_arithmetic_floor(sobolev):
     args.script_flags = args.script_flags[:3]
     td3_parts, td3_floor = timing.critic_update_breakdown(importlib.import_module("td3_huber"), args, [])
     assert td3_floor is None and td3_parts
+
+
+def test_op_count_counts_an_iteration_by_difference(tmp_path):
+    """benchmarks/op_count.py: an iteration with two critic updates has more operations, bytes and FLOPs than one with
+    one (each counted by the difference of two runs)."""
+    result = run_script(
+        *"benchmarks/op_count.py --env-id PointMass-v0 --learning-starts 40 --iterations 2 --scripts td3_huber".split(),
+        *"td3_huber@updates_per_step=2 --script-flags updates_per_step=1 hidden_dim=8 wm_hidden_dim=8 batch_size=16".split(),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("|")[2:5] for line in result.stdout.splitlines() if line.startswith("| td3_huber")]
+    (ops1, mb1, mflop1), (ops2, mb2, mflop2) = [[float(value) for value in row] for row in rows]
+    assert 0 < ops1 < ops2 and 0 < mb1 < mb2 and 0 < mflop1 < mflop2
