@@ -108,8 +108,10 @@ def eager(variant: list[str]) -> list[str]:
 
 
 def run(module, args: Args, total_timesteps: int, variant: list[str]) -> float:
-    """Wall time of one quiet run of the script's main() in a scratch directory."""
-    cwd = os.getcwd()
+    """Wall time of one quiet run of the script's main() in a scratch directory; the module's globals are put back
+    after (--compile replaces DSDPG-MSMMD's `slicing_steps` with its compiled form, which must not leak into the next
+    variant's runs)."""
+    cwd, saved_globals = os.getcwd(), dict(vars(module))
     with tempfile.TemporaryDirectory() as scratch:
         os.chdir(scratch)
         try:
@@ -121,6 +123,7 @@ def run(module, args: Args, total_timesteps: int, variant: list[str]) -> float:
                 return time.perf_counter() - start
         finally:
             os.chdir(cwd)
+            vars(module).update(saved_globals)
 
 
 class GlobalOnlyTracker:
