@@ -100,6 +100,9 @@ class Args:
     --split-by dyna_reward"""
     strict: bool = False
     """stop at the first summary.json that is not a run summary (default: leave it out with a warning)"""
+    until_step: int | None = None
+    """read every run up to this env step: its final return is its last evaluation at or before it, its nAUC the mean of
+    those (to set a longer grid beside a shorter one at the same horizon)"""
 
 
 def fail(message: str) -> None:
@@ -175,8 +178,9 @@ def numbers(value, name: str, convert) -> list:
     return [convert(item, f"{name}[{i}]") for i, item in enumerate(value)]
 
 
-def read_run(path: str, run_dir: str, split_by: list[str] = ()) -> dict:
-    """The run of one summary.json (see load_runs); NotARunSummary says why it is not a run summary."""
+def read_run(path: str, run_dir: str, split_by: list[str] = (), until_step: int | None = None) -> dict:
+    """The run of one summary.json (see load_runs), up to env step `until_step` if given; NotARunSummary says why it is
+    not a run summary."""
     try:
         with open(path, encoding="utf-8") as f:
             summary = json.load(f)
@@ -204,13 +208,20 @@ def read_run(path: str, run_dir: str, split_by: list[str] = ()) -> dict:
     if len(steps) != len(returns):
         raise NotARunSummary(f"{len(steps)} eval_steps but {len(returns)} eval_returns")
     wall_time = summary.get("wall_time_s")
+    run_nauc = number(summary["nauc"], "nauc") if "nauc" in summary else nauc(returns)
+    if until_step is not None:
+        kept = [(step, value) for step, value in zip(steps, returns) if step <= until_step]
+        if not kept:
+            raise NotARunSummary(f"no evaluation at or before step {until_step}")
+        steps, returns = [step for step, _ in kept], [value for _, value in kept]
+        final, run_nauc = returns[-1], nauc(returns)
     return {
         "script": script + "".join(f"[{name}={args.get(name)}]" for name in split_by),
         "env": env,
         "noise": noise_label(args),
         "seed": seed,
         "final_eval_return": final,
-        "nauc": number(summary["nauc"], "nauc") if "nauc" in summary else nauc(returns),
+        "nauc": run_nauc,
         "wall_time_s": math.nan if wall_time is None else number(wall_time, "wall_time_s", finite=False),
         "eval_steps": steps,
         "eval_returns": returns,
@@ -219,9 +230,11 @@ def read_run(path: str, run_dir: str, split_by: list[str] = ()) -> dict:
     }
 
 
-def load_runs(runs_dir: str | list[str], split_by: list[str] = (), strict: bool = False) -> list[dict]:
+def load_runs(
+    runs_dir: str | list[str], split_by: list[str] = (), strict: bool = False, until_step: int | None = None
+) -> list[dict]:
     """One dict per summary.json under runs_dir (or under each of a list of dirs): script (with the `split_by` settings'
-    values), env, noise, seed, the metrics, the curve, run_dir, args. A summary.json that is not a run summary is left
+    values), env, noise, seed, the metrics, the curve (up to `until_step`), run_dir, args. A summary.json that is not a run summary is left
     out with a warning naming it, or, if that leaves no run, exits with one error line; with `strict`, the first one
     exits with one error line."""
     runs, bad, unfinished = [], [], 0
@@ -232,7 +245,7 @@ def load_runs(runs_dir: str | list[str], split_by: list[str] = (), strict: bool 
             continue
         path = os.path.join(root, "summary.json")
         try:
-            runs.append(read_run(path, root, split_by))
+            runs.append(read_run(path, root, split_by, until_step))
         except NotARunSummary as error:
             reason = " ".join(str(error).splitlines())
             if strict:
@@ -548,7 +561,9 @@ def main(args: Args) -> None:
         fail(f"RUNS_DIR {args.runs_dir!r} is not a directory")
     if args.bootstrap_samples < 1:
         fail("--bootstrap-samples must be >= 1")
-    runs = load_runs(args.runs_dir, args.split_by, args.strict)
+    if args.until_step is not None and args.until_step < 1:
+        fail("--until-step must be >= 1")
+    runs = load_runs(args.runs_dir, args.split_by, args.strict, args.until_step)
     if not runs:
         fail(f"no summary.json under {args.runs_dir!r}")
     out = args.out if args.out is not None else os.path.join(args.runs_dir, "aggregate")

@@ -316,3 +316,20 @@ def test_split_by_gives_each_setting_its_own_group(tmp_path, capsys):
     ]
     assert capsys.readouterr().err == ""
     assert [run["final_eval_return"] for run in groups[("mage_huber_sobolev[dyna_reward=replay]", "E", "none")]] == [9.0, 10.0]
+
+
+def test_until_step_reads_every_run_at_one_horizon(tmp_path):
+    """--until-step: the final return is the last evaluation at or before the step, the nAUC the mean of those; a run
+    with none is left out with a warning; the CLI writes the truncated numbers."""
+    write_summary(tmp_path / "long" / "1", "td3_huber", "E", 1, [1000, 2000, 3000], [1.0, 2.0, 9.0])
+    write_summary(tmp_path / "late" / "1", "td3_huber", "E", 2, [3000], [5.0])
+    runs = aggregate.load_runs(str(tmp_path / "long"), until_step=2500)
+    assert runs[0]["final_eval_return"] == 2.0 and runs[0]["nauc"] == 1.5 and runs[0]["eval_steps"] == [1000, 2000]
+    assert aggregate.load_runs(str(tmp_path / "long"))[0]["nauc"] == 4.0
+    result = run_tool("aggregate.py", str(tmp_path), "--until-step", "2000", "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "no evaluation at or before step 2000" in result.stderr
+    rows = read_csv(tmp_path / "out" / "runs.csv")
+    assert [(row["seed"], float(row["final_eval_return"]), float(row["nauc"])) for row in rows] == [("1", 2.0, 1.5)]
+    refused = run_tool("aggregate.py", str(tmp_path), "--until-step", "0", cwd=tmp_path)
+    assert refused.returncode == 1 and refused.stderr.strip() == "aggregate.py: error: --until-step must be >= 1"
