@@ -6,7 +6,9 @@
 #   taskset -c 0 bash benchmarks/toy_speed.sh [ROUNDS] [SCRIPT...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,6p' "$0" | cut -c3-; exit 0; fi
 ROUNDS=${1:-2}
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "toy_speed.sh: error: ROUNDS must be a positive integer (got '$ROUNDS')" >&2; exit 1; }
 shift || true
 SCRIPTS=${*:-mage_huber_sobolev dsdpg_mmd_sobolev dsdpg_msmmd_sobolev}
 OUT=benchmarks/toy_speed/runs.csv
@@ -15,6 +17,9 @@ COMMON="--env-id PointMass5-v0 --total-timesteps 2500 --learning-starts 500 --hi
 --eval-episodes 20"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
+for script in $SCRIPTS; do
+    [ -f "$script.py" ] || { echo "toy_speed.sh: error: no script $script.py" >&2; exit 1; }
+done
 [ -f "$OUT" ] || echo "round,script,mode,seconds" > "$OUT"
 for round in $(seq 1 "$ROUNDS"); do
     for script in $SCRIPTS; do

@@ -11,6 +11,7 @@
 #   python benchmarks/aggregate.py benchmarks/toy_utd10/grid --out benchmarks/toy_utd10
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ "${1:-}" == -* ]]; then sed -n '2,11p' "$0" | cut -c3-; [[ "$1" == "-h" || "$1" == "--help" ]]; exit; fi
 GRID_DIR=${1:-benchmarks/toy_utd10/grid}
 WORKERS=${WORKERS:-2}
 COMMON="--total-timesteps 10000 --learning-starts 1000 --hidden-dim 64 --wm-hidden-dim 64 --batch-size 64 \
