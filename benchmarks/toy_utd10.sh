@@ -11,7 +11,8 @@
 #   python benchmarks/aggregate.py benchmarks/toy_utd10/grid --out benchmarks/toy_utd10
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ "${1:-}" == -* ]]; then sed -n '2,11p' "$0" | cut -c3-; [[ "$1" == "-h" || "$1" == "--help" ]]; exit; fi
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,11p' "$0" | cut -c3-; exit 0; fi
+[[ "${1:-}" != -* ]] || { echo "toy_utd10.sh: error: unknown option $1 (the one argument is GRID_DIR)" >&2; exit 1; }
 GRID_DIR=${1:-benchmarks/toy_utd10/grid}
 WORKERS=${WORKERS:-2}
 COMMON="--total-timesteps 10000 --learning-starts 1000 --hidden-dim 64 --wm-hidden-dim 64 --batch-size 64 \
