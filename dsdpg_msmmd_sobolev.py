@@ -515,30 +515,18 @@ def mmd2(x: torch.Tensor, y: torch.Tensor, h: float, estimator: str = "biased") 
 
 
 def slicing_steps(
-    w: torch.Tensor,
-    theta: torch.Tensor,
-    moments: tuple[torch.Tensor, torch.Tensor],
-    diffs_t: torch.Tensor,
-    weighted_t: torch.Tensor,
-    h: float,
-    step_sizes: torch.Tensor,
-    optimizer: str,
-) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """len(step_sizes) steps of the search from the pair differences diffs_t (..., d, P) and their kernel-weighted copy
-    weighted_t: (w, theta = w / |w| (..., 1, d), Adam's moments) -> the next ones. Each row of `step_sizes` (K, 2) holds
-    a step's step size and the square root of Adam's second-moment bias correction, as tensors, so that `--compile`
-    compiles a chunk of K steps once (one fused pass over the pairs per step; unrolling all steps compiles for minutes)."""
-    first_moment, second_moment = moments
+    state: tuple, diffs_t: torch.Tensor, weighted_t: torch.Tensor, h: float, step_sizes: torch.Tensor, optimizer: str
+) -> tuple:
+    """Steps of the search from the pair differences diffs_t (..., d, P) and their kernel-weighted copy weighted_t, one per
+    row of `step_sizes` (K, 2): (step size, root of Adam's second-moment bias correction), tensors so that `--compile`
+    compiles a chunk once; state = (w, theta = w / |w| (..., 1, d), Adam's first and second moments)."""
+    w, theta, first_moment, second_moment = state
+    compiling = torch.compiler.is_compiling()  # products as sums, which inductor fuses into one pass over the pairs
+    rows = weighted_t.split(1, -2)  # d x (..., 1, P)
     for step_size, bias_correction in step_sizes:
-        if torch.compiler.is_compiling():  # products as sums, which inductor fuses
-            projected = (theta.mT * diffs_t).sum(-2, keepdim=True)  # (..., 1, P)
-        else:  # eager: a batched matrix product is one dispatch
-            projected = theta @ diffs_t
+        projected = (theta.mT * diffs_t).sum(-2, keepdim=True) if compiling else theta @ diffs_t  # (..., 1, P)
         slope = projected * torch.rsqrt(1.0 + h**2 * projected * projected)  # k' of -sqrt(1 + h^2 t^2), up to -h^2
-        if torch.compiler.is_compiling():
-            grad = torch.cat([(slope * row).sum(-1, keepdim=True) for row in weighted_t.split(1, -2)], -1)  # (..., 1, d)
-        else:
-            grad = slope @ weighted_t.mT
+        grad = torch.cat([(slope * row).sum(-1, True) for row in rows], -1) if compiling else slope @ weighted_t.mT
         grad = grad - (grad * theta).sum(-1, keepdim=True) * theta  # d MMD^2(w / |w|) / dw at w = theta
         if optimizer == "ascent":  # the paper's Algorithm 1: w <- w + lr d MMD^2(w / |w|) / dw, w never renormalised
             w = w + grad * (step_size / w.norm(dim=-1, keepdim=True))
@@ -547,7 +535,7 @@ def slicing_steps(
             second_moment = second_moment.mul(0.999).addcmul(grad, grad, value=0.001)
             w = theta + first_moment / (second_moment.sqrt() / bias_correction + 1e-8) * step_size
         theta = w / w.norm(dim=-1, keepdim=True)
-    return w, theta, (first_moment, second_moment)
+    return w, theta, first_moment, second_moment
 
 
 def max_sliced_mmd2(
@@ -578,16 +566,14 @@ def max_sliced_mmd2(
     diffs_t = diffs.transpose(-1, -2).contiguous()  # (..., d, P): pairs last, the fast layout on CPU
     weighted_t = diffs_t * (-(h**2) * weights)  # (..., d, P)
     theta = torch.randn(*lead, d, device=x.device) if initial_theta is None else initial_theta.detach()
-    w = theta = F.normalize(theta.expand(*lead, d), dim=-1).unsqueeze(-2)  # (..., 1, d)
-    moments = (torch.zeros_like(theta), torch.zeros_like(theta))
+    theta = F.normalize(theta.expand(*lead, d), dim=-1).unsqueeze(-2)  # (..., 1, d)
+    state = (theta, theta, torch.zeros_like(theta), torch.zeros_like(theta))  # w, theta, Adam's moments
     step = torch.arange(1, steps + 1, dtype=x.dtype, device=x.device)
-    if optimizer == "ascent":
-        step_sizes = torch.full((steps, 2), lr, dtype=x.dtype, device=x.device)
-    else:  # Adam's bias corrections
-        step_sizes = torch.stack([lr / (1 - 0.9**step), (1 - 0.999**step).sqrt()], -1)  # (steps, 2)
+    first_correction = 1 - 0.9**step if optimizer == "adam" else torch.ones_like(step)  # plain ascent: lr itself
+    step_sizes = torch.stack([lr / first_correction, (1 - 0.999**step).sqrt()], -1)  # (steps, 2)
     for chunk in step_sizes.split(10):  # (10, 2): what --compile compiles at once
-        w, theta, moments = slicing_steps(w, theta, moments, diffs_t, weighted_t, h, chunk, optimizer)
-    return mmd2(x @ theta.transpose(-1, -2), y @ theta.transpose(-1, -2), h, estimator), theta.squeeze(-2)
+        state = slicing_steps(state, diffs_t, weighted_t, h, chunk, optimizer)
+    return mmd2(x @ state[1].mT, y @ state[1].mT, h, estimator), state[1].squeeze(-2)
 
 
 def truncate_top(samples: torch.Tensor, p: float) -> torch.Tensor:
