@@ -522,7 +522,7 @@ def slicing_steps(
     compiles a chunk once; state = (w, theta = w / |w| (..., 1, d), Adam's first and second moments)."""
     w, theta, first_moment, second_moment = state
     compiling = torch.compiler.is_compiling()  # products as sums, which inductor fuses into one pass over the pairs
-    rows = weighted_t.split(1, -2)  # d x (..., 1, P)
+    rows = weighted_t.split(1, -2) if compiling else None  # d x (..., 1, P)
     for step_size, bias_correction in step_sizes:
         projected = (theta.mT * diffs_t).sum(-2, keepdim=True) if compiling else theta @ diffs_t  # (..., 1, P)
         slope = projected * torch.rsqrt(1.0 + h**2 * projected * projected)  # k' of -sqrt(1 + h^2 t^2), up to -h^2

@@ -234,9 +234,9 @@ def load_runs(
     runs_dir: str | list[str], split_by: list[str] = (), strict: bool = False, until_step: int | None = None
 ) -> list[dict]:
     """One dict per summary.json under runs_dir (or under each of a list of dirs): script (with the `split_by` settings'
-    values), env, noise, seed, the metrics, the curve (up to `until_step`), run_dir, args. A summary.json that is not a run summary is left
-    out with a warning naming it, or, if that leaves no run, exits with one error line; with `strict`, the first one
-    exits with one error line."""
+    values), env, noise, seed, the metrics, the curve (up to `until_step`), run_dir, args. A summary.json that is not a
+    run summary is left out with a warning naming it, or, if that leaves no run, exits with one error line; with
+    `strict`, the first one exits with one error line."""
     runs, bad, unfinished = [], [], 0
     for root, dirs, files in (w for d in ([runs_dir] if isinstance(runs_dir, str) else runs_dir) for w in os.walk(d)):
         dirs.sort()

@@ -1,6 +1,7 @@
 """Operations, bytes written and FLOPs per iteration (one env step with its critic updates) of the RL scripts, counted
 by difference of two runs of each script's main(), to 10 steps past --learning-starts and K more, so that the first
-updates' different work (the optimizers' state, RAdam's unrectified first steps) cancels.
+updates' different work (the optimizers' state, RAdam's unrectified first steps) cancels; FLOPs by timing.py's own
+count over 5 iterations.
 An operation is one aten call; bytes written are the sizes of the outputs of those that are not views. The evaluation
 at each run's end is skipped: its episodes' lengths depend on the policy, so it would not cancel in the difference.
 
@@ -18,7 +19,6 @@ import torch
 import tyro
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import timing  # noqa: E402
@@ -55,7 +55,9 @@ class OperationCount(TorchDispatchMode):
 
 def main(args: Args) -> None:
     torch.set_num_threads(1)
-    settings = timing.Args(env_id=args.env_id, learning_starts=args.learning_starts, script_flags=args.script_flags)
+    settings = timing.Args(
+        env_id=args.env_id, learning_starts=args.learning_starts, script_flags=args.script_flags, flop_iterations=5
+    )
     print("| script | operations | MB written | MFLOP |\n|---|---|---|---|")
     for spec in args.scripts:
         name, _, variant = spec.partition("@")
@@ -64,14 +66,12 @@ def main(args: Args) -> None:
         variant = variant.split(",") if variant else []
         counts = []
         for extra in (10, 10 + args.iterations):
-            counter, flops = OperationCount(), FlopCounterMode(display=False)
-            flops.mod_tracker = timing.GlobalOnlyTracker()
-            with counter:  # apart: under FlopCounterMode some operations dispatch differently
+            counter = OperationCount()
+            with counter:
                 timing.run(module, settings, settings.learning_starts + extra, variant)
-            with flops:
-                timing.run(module, settings, settings.learning_starts + extra, variant)
-            counts.append((counter.operations, counter.bytes_written, flops.get_total_flops()))
-        ops, written, flop = ((after - before) / args.iterations for before, after in zip(*counts))
+            counts.append((counter.operations, counter.bytes_written))
+        ops, written = ((after - before) / args.iterations for before, after in zip(*counts))
+        flop = timing.flops_per_iteration(module, settings, variant)
         print(f"| {spec} | {ops:.0f} | {written / 1e6:.2f} | {flop / 1e6:.1f} |")
 
 
