@@ -455,13 +455,14 @@ def compile_parts(actor: nn.Module, world_model: nn.Module | None, script: Modul
 
 
 def cpu_cost_note(updates: tuple[Callable, Callable], stateful: dict, args, script_file: str) -> None:
-    """Before the warm-up on a CPU: time one critic and one actor update of the fresh networks, the second of two (the
-    first compiles under --compile; on the empty buffer's zero rows; every state and the RNG are put back after, so the
-    run is unchanged) and, if the learning steps will take over an hour, say so with a CPU-sized command."""
+    """Before the warm-up on a CPU: time one critic and one actor update of the fresh networks (under --compile the
+    second of two: the first compiles; on the empty buffer's zero rows; every state and the RNG are put back after, so
+    the run is unchanged) and, if the learning steps will take over an hour, say so with a CPU-sized command."""
     update_critic, update_actor = updates
     saved = {name: copy.deepcopy(state.state_dict()) for name, state in stateful.items()}
     with torch.random.fork_rng(devices=[]):
-        update_actor(update_critic()["obs"])
+        if args.compile:
+            update_actor(update_critic()["obs"])
         start = time.perf_counter()
         update_actor(update_critic()["obs"])
         seconds = time.perf_counter() - start
