@@ -5,6 +5,7 @@ import csv
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -333,3 +334,32 @@ def test_until_step_reads_every_run_at_one_horizon(tmp_path):
     assert [(row["seed"], float(row["final_eval_return"]), float(row["nauc"])) for row in rows] == [("1", 2.0, 1.5)]
     refused = run_tool("aggregate.py", str(tmp_path), "--until-step", "0", cwd=tmp_path)
     assert refused.returncode == 1 and refused.stderr.strip() == "aggregate.py: error: --until-step must be >= 1"
+
+
+def test_value_check_reads_the_logged_values_of_every_run(tmp_path):
+    """value_check.py: the mean of losses/qf1_values over a run's last window of steps, its largest value (over the
+    event files of a resumed run, the later file winning a step it repeats), the runs above the bound; a run without
+    the tag is refused in one line."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    value_check = load_benchmark("value_check")
+    logs = {1: [(100, 2.0), (200, 12.0), (300, 4.0), (400, 6.0)], 2: [(100, 1.0), (200, 3.0), (300, 5.0), (400, 7.0)]}
+    for seed, values in logs.items():
+        run_dir = tmp_path / "grid" / str(seed)
+        write_summary(run_dir, "td3_huber", "E", seed, [200, 400], [1.0, float(seed)])
+        halves = (values[:3], [(300, 8.0), *values[3:]]) if seed == 2 else (values,)  # seed 2 resumed at step 300
+        for part in halves:
+            with SummaryWriter(str(run_dir)) as writer:
+                for step, value in part:
+                    writer.add_scalar("losses/qf1_values", value, step)
+            time.sleep(0.05)  # distinct modification times, and SummaryWriter's file names carry the second
+    table = value_check.value_table(value_check.Args(str(tmp_path / "grid"), window=200, bound=10.0))
+    assert "| td3_huber | 1 | 5.00 | 12.00 | 1.00 |" in table  # steps 300 and 400: (4 + 6) / 2
+    assert "| td3_huber | 2 | 7.50 | 8.00 | 2.00 |" in table  # step 300 from the later file: (8 + 7) / 2
+    assert "| td3_huber | 2 (1 above 10) | 6.25 | 10.00 | 1.50 |" in table
+    write_summary(tmp_path / "grid" / "3", "td3_huber", "E", 3, [200], [0.0])
+    refused = run_tool("value_check.py", str(tmp_path / "grid"), cwd=tmp_path)
+    assert refused.returncode == 1 and refused.stderr.strip().endswith(
+        "has no losses/qf1_values in its event files (only its summary?)"
+    )
+    assert "Traceback" not in refused.stderr
