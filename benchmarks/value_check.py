@@ -53,12 +53,25 @@ def logged_values(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
     return steps, np.array([values[step] for step in steps], dtype=np.float64)
 
 
+def fail(message: str) -> None:
+    sys.exit(f"value_check.py: error: {message}")
+
+
 def value_table(args: Args) -> str:
+    if args.window < 1:
+        fail("--window must be >= 1")
+    if args.bound is not None and not np.isfinite(args.bound):
+        fail(f"--bound must be finite, got {args.bound}")
+    if not os.path.isdir(args.runs_dir):
+        fail(f"{args.runs_dir} is not a directory")
+    runs = load_runs(args.runs_dir)
+    if not runs:
+        fail(f"no finished run (summary.json) under {args.runs_dir}")
     rows = []
-    for run in sorted(load_runs(args.runs_dir), key=lambda run: (run["script"], run["seed"])):
+    for run in sorted(runs, key=lambda run: (run["script"], run["seed"])):
         steps, values = logged_values(run["run_dir"])
         if not len(steps):
-            sys.exit(f"value_check.py: error: {run['run_dir']} has no {TAG} in its event files (only its summary?)")
+            fail(f"{run['run_dir']} has no {TAG} in its event files (only its summary?)")
         last = values[steps > steps[-1] - args.window]
         rows.append((run["script"], run["seed"], float(last.mean()), float(values.max()), run["final_eval_return"]))
     lines = [f"| script | seed | mean Q, last {args.window} steps | largest Q | final eval return |", "|---|---|---|---|---|"]

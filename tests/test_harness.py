@@ -362,3 +362,16 @@ def test_value_check_reads_the_logged_values_of_every_run(tmp_path):
         value_check.value_table(value_check.Args(str(tmp_path / "grid")))
     message = f"value_check.py: error: {tmp_path / 'grid' / '3'} has no losses/qf1_values in its event files"
     assert refused.value.code == f"{message} (only its summary?)"
+    for flags, error in (
+        ({"window": 0}, "--window must be >= 1"),
+        ({"bound": float("nan")}, "--bound must be finite, got nan"),
+        ({"runs_dir": str(tmp_path / "none")}, f"{tmp_path / 'none'} is not a directory"),
+    ):
+        settings = {"runs_dir": str(tmp_path / "grid"), **flags}
+        with pytest.raises(SystemExit) as refused:
+            value_check.value_table(value_check.Args(**settings))
+        assert refused.value.code == f"value_check.py: error: {error}"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as refused:
+        value_check.value_table(value_check.Args(str(tmp_path / "empty")))
+    assert refused.value.code == f"value_check.py: error: no finished run (summary.json) under {tmp_path / 'empty'}"
