@@ -44,6 +44,9 @@ Choices:
       75th percentiles are taken per step.
     * Runs without summary.json (unfinished) are counted and left out; a group whose runs differ in settings other
       than the seed (e.g. --total-timesteps), or that repeats a seed, is aggregated with a warning on stderr.
+    * A run that stopped on a non-finite loss (a nonfinite_checkpoint.pt and no summary.json) is not counted as
+      unfinished: it is named in a warning and below the table in table.md and on stdout, so a diverged run never
+      vanishes from the results without a word.
     * A summary.json that cannot be read as a run summary is left out with one warning line naming it and why, and
       the rest is aggregated; if none is left, one error line and exit status 1. --strict stops instead at the first
       such file with one error line. Not a run summary: unreadable or not UTF-8 JSON; not an object; a key missing
@@ -82,6 +85,7 @@ IGNORED_SETTINGS = ("seed", "resume", "cuda")
 STATISTICS = {"median": "median", "iqm": "IQM", "mean": "mean"}
 """The statistics over the seeds of a group, in the order `statistics` returns them: table.csv name, table.md name"""
 METRICS = {"final_eval_return": "final return", "nauc": "nAUC"}
+NONFINITE = "nonfinite_checkpoint.pt"  # what a run that stopped on a non-finite loss leaves instead of summary.json
 OUTPUTS = ("runs.csv", "table.csv", "table.md", "final_return.png", "nauc.png", "curves.png", "performance_profile.png")
 
 
@@ -241,7 +245,8 @@ def load_runs(
     for root, dirs, files in (w for d in ([runs_dir] if isinstance(runs_dir, str) else runs_dir) for w in os.walk(d)):
         dirs.sort()
         if "summary.json" not in files:
-            unfinished += any(f == "checkpoint.pt" or f.startswith("events.out.tfevents") for f in files)
+            if NONFINITE not in files:  # those are named by stopped_runs
+                unfinished += any(f == "checkpoint.pt" or f.startswith("events.out.tfevents") for f in files)
             continue
         path = os.path.join(root, "summary.json")
         try:
@@ -265,6 +270,16 @@ def load_runs(
     for path, reason in bad:
         warn(f"{path} is not a run summary ({reason}); left out")
     return runs
+
+
+def stopped_runs(runs_dir: str) -> list[str]:
+    """The run folders under runs_dir that stopped on a non-finite loss: a nonfinite_checkpoint.pt, no summary.json."""
+    found = []
+    for root, dirs, files in os.walk(runs_dir):
+        dirs.sort()
+        if NONFINITE in files and "summary.json" not in files:
+            found.append(root)
+    return found
 
 
 def rank(order: tuple[str, ...], name: str) -> tuple[int, str]:
@@ -565,9 +580,20 @@ def main(args: Args) -> None:
         fail("--until-step must be >= 1")
     runs = load_runs(args.runs_dir, args.split_by, args.strict, args.until_step)
     if not runs:
+        stopped = stopped_runs(args.runs_dir)
+        if stopped:
+            fail(f"no summary.json under {args.runs_dir!r}; stopped on a non-finite loss: {', '.join(stopped)}")
         fail(f"no summary.json under {args.runs_dir!r}")
     out = args.out if args.out is not None else os.path.join(args.runs_dir, "aggregate")
     groups, table = aggregate(runs, out, args.bootstrap_samples, args.seed)
+    stopped = stopped_runs(args.runs_dir)
+    if stopped:
+        note = f"\nStopped on a non-finite loss, not in the table ({len(stopped)}): " + ", ".join(stopped) + "\n"
+        for run_dir in stopped:
+            warn(f"{run_dir} stopped on a non-finite loss ({NONFINITE}); not in the table")
+        with open(os.path.join(out, "table.md"), "a") as f:
+            f.write(note)
+        table += note
     print(f"{len(runs)} runs in {len(groups)} groups; wrote {', '.join(OUTPUTS)} to {out}")
     print(table, end="")
 

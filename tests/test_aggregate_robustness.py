@@ -240,3 +240,35 @@ def test_default_output_folder_in_the_grid(tmp_path):
         result = run_tool("aggregate.py", "grid", *FAST, cwd=tmp_path)
         assert result.returncode == 0 and result.stderr == "", result.stderr
         assert len(read_csv(tmp_path / "grid" / "aggregate" / "runs.csv")) == 3
+
+
+def test_run_stopped_on_nonfinite_loss_is_named_not_dropped(tmp_path):
+    """A run that stopped on a NaN (nonfinite_checkpoint.pt, no summary.json) is named in a warning, below the table
+    in table.md and on stdout, and is not counted among the unfinished runs."""
+    good_grid(tmp_path / "grid")
+    stopped = tmp_path / "grid" / "seed4" / "runs" / "PointMass-v0__td3_huber__4__1"
+    stopped.mkdir(parents=True)
+    (stopped / "nonfinite_checkpoint.pt").write_bytes(b"x")
+    (stopped / "events.out.tfevents.1.host").write_bytes(b"")
+    result = run_tool("aggregate.py", "grid", "--out", "out", *FAST, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    relative = os.path.join("grid", "seed4", "runs", stopped.name)
+    assert stderr_lines(result) == [
+        f"aggregate.py: warning: {relative} stopped on a non-finite loss (nonfinite_checkpoint.pt); not in the table"
+    ]
+    note = f"Stopped on a non-finite loss, not in the table (1): {relative}"
+    assert note in (tmp_path / "out" / "table.md").read_text().splitlines()
+    assert note in result.stdout.splitlines()
+    assert [row["n_seeds"] for row in read_csv(tmp_path / "out" / "table.csv")] == ["3"]
+
+
+def test_only_stopped_runs_is_one_error_naming_them(tmp_path):
+    stopped = tmp_path / "grid" / "seed1" / "runs" / "PointMass-v0__td3_huber__1__1"
+    stopped.mkdir(parents=True)
+    (stopped / "nonfinite_checkpoint.pt").write_bytes(b"x")
+    result = run_tool("aggregate.py", "grid", "--out", "out", *FAST, cwd=tmp_path)
+    assert result.returncode == 1
+    assert stderr_lines(result) == [
+        "aggregate.py: error: no summary.json under 'grid'; stopped on a non-finite loss: "
+        + os.path.join("grid", "seed1", "runs", stopped.name)
+    ]
