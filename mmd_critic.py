@@ -563,7 +563,7 @@ def main(args: Args) -> None:
 
         update_critic, update_actor = CudaGraphStep(update_critic), CudaGraphStep(update_actor)
     try:
-        for global_step in range(start_step, args.total_timesteps):
+        for global_step in run.progress_bar(range(start_step, args.total_timesteps)):
             # ALGO LOGIC: put action logic here
             if global_step < args.learning_starts:
                 action = torch.rand(act_dim) * 2.0 - 1.0
@@ -606,7 +606,7 @@ def main(args: Args) -> None:
                 run.check_finite(losses, global_step)
                 if global_step % 100 == 0:
                     log_update(run.writer, args, batch, losses, global_step)
-            run.log_progress(global_step)
+            run.log_speed(global_step)
 
             if monitor_contraction and global_step >= args.learning_starts and global_step % args.contraction_frequency == 0:
                 with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # training draws stay the same

@@ -4,8 +4,9 @@ and its envs, checkpoint writing and reading (resume), SIGTERM, the progress bar
 policy and when it is due, periodic checkpoints, `summary.json` and the CPU cost note.
 
 A script's `main()` calls `open_run(args, script)`, builds its networks, optimizers and replay buffer, calls
-`run.start(...)` and runs its loop from the step that returns, calling the `Run` methods it names. Functions that need a
-script's own pieces take the script's module (`script`) and use its `check_args` and `make_env`.
+`run.start(...)` and runs its loop `for global_step in run.progress_bar(range(start_step, args.total_timesteps))` from
+the step that returns, calling the `Run` methods it names. Functions that need a script's own pieces take the script's
+module (`script`) and use its `check_args` and `make_env`.
 """
 
 import json
@@ -154,8 +155,8 @@ class Run:
 
     def start(self, stateful: dict, device: torch.device, updates: tuple[Callable, Callable]) -> int:
         """Before the loop: the CPU cost note of the `updates` (a fresh run on a CPU), then with --resume every state of
-        `stateful` (None: not built) and the RNGs as they were; TensorBoard, the progress bar, SIGTERM as Ctrl-C.
-        Returns the step the loop starts at (0, or the checkpoint's)."""
+        `stateful` (None: not built) and the RNGs as they were; TensorBoard, SIGTERM as Ctrl-C. Returns the step the loop
+        starts at (0, or the checkpoint's)."""
         args, checkpoint = self.args, self.checkpoint
         self.stateful = {name: state for name, state in stateful.items() if state is not None}
         self.device = device
@@ -175,11 +176,17 @@ class Run:
         if checkpoint is None:
             table = "\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])
             self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
-        self.last_checkpoint_step, self.sps = self.start_step, 0
+        self.last_checkpoint_step, self.sps, self.progress = self.start_step, 0, None
         self.start_time = time.time()
-        self.progress = tqdm(initial=self.start_step, total=args.total_timesteps, desc=args.exp_name, mininterval=1.0)
         signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # from here on, SIGTERM is Ctrl-C
         return self.start_step
+
+    def progress_bar(self, steps: range) -> tqdm:
+        """The loop's steps with a progress bar over the whole run (a resumed run's starts at its step)."""
+        self.progress = tqdm(
+            steps, initial=steps.start, total=self.args.total_timesteps, desc=self.args.exp_name, mininterval=1.0
+        )
+        return self.progress
 
     def state(self, next_step: int) -> dict:
         """Everything a resumed run needs: tensors and plain Python values only (loads with weights_only=True)."""
@@ -205,9 +212,8 @@ class Run:
             save_checkpoint(path, self.state(step + 1))
             fail(self.script_name, f"non-finite loss at step {step} (checked every 100 steps; {bad}); state saved to {path}")
 
-    def log_progress(self, step: int) -> None:
-        """The progress bar one step on; SPS every 100 steps."""
-        self.progress.update()
+    def log_speed(self, step: int) -> None:
+        """SPS every 100 steps."""
         if step % 100 == 0:
             self.sps = int((step + 1 - self.start_step) / (time.time() - self.start_time))
             self.writer.add_scalar("charts/SPS", self.sps, step)
@@ -238,7 +244,8 @@ class Run:
     def interrupted(self, step: int) -> NoReturn:
         save_checkpoint(self.checkpoint_path, self.state(step))
         self.writer.close()
-        self.progress.close()
+        if self.progress is not None:  # None: stopped before the loop
+            self.progress.close()
         fail(self.script_name, f"interrupted at step {step}; resume with --resume {self.checkpoint_path}")
 
     def finish(self, model: dict[str, nn.Module]) -> None:
