@@ -1,10 +1,10 @@
-"""What a flag adds to the RL scripts beyond their algorithm and default run, written once beside them and imported only
-under its flag (as CleanRL imports `cleanrl_utils.evals` under `--save-model`): the flow world model
-(`--world-model flow`), CUDA-graph capture (`--cudagraphs`), reading and validating a checkpoint (`--resume`),
-evaluating a saved model (`--evaluate`), W&B (`--track`), video (`--capture-video`) and the CPU cost note.
+"""What a flag adds to the RL scripts beyond their algorithm and their run's bookkeeping (run_bookkeeping.py), written
+once beside them and imported only under its flag (as CleanRL imports `cleanrl_utils.evals` under `--save-model`): the
+flow world model (`--world-model flow`), CUDA-graph capture (`--cudagraphs`), reading and validating a checkpoint
+(`--resume`), evaluating a saved model (`--evaluate`), W&B (`--track`), video (`--capture-video`) and the CPU cost note.
 
 Functions that need a script's own pieces take the script's module (`script`) and use its `Args`, `check_args`,
-`make_env`, `Actor` and `evaluate`.
+`make_env` and `Actor`; the evaluation is run_bookkeeping.py's.
 """
 
 import copy
@@ -24,6 +24,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
+
+import run_bookkeeping
 
 
 # FLOW WORLD MODEL (--world-model flow)
@@ -368,7 +370,7 @@ def evaluate_saved_model(args, script: ModuleType) -> None:
         raise ValueError(f"cannot evaluate {args.evaluate!r}: {' '.join(str(error).split())}") from None
     if args.capture_video:
         env.name_prefix = "evaluate"
-    returns = script.evaluate(actor, env, args.eval_episodes, run_args.seed + 100_000, device)
+    returns = run_bookkeeping.evaluate(actor, env, args.eval_episodes, run_args.seed + 100_000, device)
     result = {
         "model": args.evaluate,
         "env_id": run_args.env_id,

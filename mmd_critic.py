@@ -7,16 +7,12 @@ Usage, the choices the paper leaves open, the outputs and the flags: README.md.
 """
 
 import copy
-import json
 import math
 import os
 import random
-import signal
 import sys
-import time
-from contextlib import suppress
-from dataclasses import asdict, dataclass
-from typing import Literal, NamedTuple
+from dataclasses import dataclass
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -25,10 +21,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 import tyro
 from torch.utils.tensorboard import SummaryWriter
-from tqdm import tqdm
 
 import noise_wrappers
 import pointmass_env  # noqa: F401 (registers PointMass-v0)
+import replay_buffer
+import run_bookkeeping
 
 
 @dataclass
@@ -136,43 +133,19 @@ class Args:
 
 
 def check_args(args: Args) -> None:
-    """Raise ValueError naming the first non-finite float flag, else the first out-of-range flag."""
-    for name, value in vars(args).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"--{name.replace('_', '-')} must be finite (got {value})")
-    checks = [
-        (args.total_timesteps >= 1, "--total-timesteps must be >= 1"),
-        (args.learning_starts >= 0, "--learning-starts must be >= 0"),
-        (args.batch_size >= 1, "--batch-size must be >= 1"),
-        (args.buffer_size >= args.batch_size, "--buffer-size must be >= --batch-size"),
-        (0.0 <= args.gamma <= 1.0, "--gamma must be in [0, 1]"),
-        (0.0 < args.tau <= 1.0, "--tau must be in (0, 1]"),
-        (args.learning_rate > 0 and args.wm_learning_rate > 0, "learning rates must be > 0"),
-        (args.updates_per_step >= 1, "--updates-per-step must be >= 1"),
-        (args.wm_updates_per_step >= 0, "--wm-updates-per-step must be >= 0"),
-        (args.policy_frequency >= 1, "--policy-frequency must be >= 1"),
-        (min(args.exploration_noise, args.policy_noise, args.noise_clip) >= 0, "noise scales must be >= 0"),
-        (args.hidden_dim >= 1 and (args.wm_hidden_dim is None or args.wm_hidden_dim >= 1), "hidden dims must be >= 1"),
-        (args.num_samples >= 2 and args.num_samples_policy >= 1, "--num-samples must be >= 2, --num-samples-policy >= 1"),
-        (args.noise_dim >= 1, "--noise-dim must be >= 1"),
-        (args.kernel_bandwidth > 0, "--kernel-bandwidth must be > 0"),
-        (
-            0 <= args.truncation and 2 * args.num_samples - round(2 * args.num_samples * args.truncation / 100) >= 2,
-            "--truncation must be >= 0 and keep at least 2 of the 2N target points",
-        ),
-        (0.0 <= args.obs_noise_scale < 1.0, "--obs-noise-scale must be in [0, 1)"),
-        (args.dyn_noise_std is None or args.dyn_noise_std >= 0, "--dyn-noise-std must be >= 0"),
-        (args.eval_frequency >= 1, "--eval-frequency must be >= 1"),
-        (args.eval_episodes >= 1, "--eval-episodes must be >= 1"),
-        (args.checkpoint_frequency >= 0 and args.contraction_frequency >= 0, "frequencies must be >= 0"),
-        (not args.cudagraphs or (args.cuda and torch.cuda.is_available()), "--cudagraphs needs a CUDA GPU (and --cuda)"),
-        (args.evaluate is None or args.resume is None, "--evaluate and --resume exclude each other"),
-        (args.resume is None or os.path.isfile(args.resume), f"--resume: no checkpoint at {args.resume!r}"),
-        (args.evaluate is None or os.path.isfile(args.evaluate), f"--evaluate: no model at {args.evaluate!r}"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise ValueError(message)
+    """Raise ValueError naming the first bad flag: run_bookkeeping.check_flags checks the flags every script has, and these."""
+    run_bookkeeping.check_flags(
+        args,
+        lambda: [  # this script's own flags, checked after the sizes of those every script has
+            (args.num_samples >= 2 and args.num_samples_policy >= 1, "--num-samples must be >= 2, --num-samples-policy >= 1"),
+            (args.noise_dim >= 1, "--noise-dim must be >= 1"),
+            (args.kernel_bandwidth > 0, "--kernel-bandwidth must be > 0"),
+            (
+                0 <= args.truncation and 2 * args.num_samples - round(2 * args.num_samples * args.truncation / 100) >= 2,
+                "--truncation must be >= 0 and keep at least 2 of the 2N target points",
+            ),
+        ],
+    )
 
 
 # ENV HELPERS
@@ -389,56 +362,6 @@ def make_world_model(kind: str, obs_dim: int, act_dim: int, hidden_dim: int | No
     return WorldModel(obs_dim, act_dim, 1024 if hidden_dim is None else hidden_dim)
 
 
-# REPLAY BUFFER
-class ReplayBatch(NamedTuple):
-    obs: torch.Tensor  # (B, S)
-    actions: torch.Tensor  # (B, A)
-    rewards: torch.Tensor  # (B,)
-    next_obs: torch.Tensor  # (B, S)
-    terminations: torch.Tensor  # (B,) 1.0 where the episode terminated (not truncated)
-
-
-class ReplayBuffer:
-    """Uniform replay of real transitions, stored on the training device, one tensor per field of ReplayBatch. Batches
-    are drawn on the device below a fill level kept there too, so sampling never waits for the host (CUDA graphs)."""
-
-    def __init__(self, obs_dim: int, act_dim: int, capacity: int, device: torch.device):
-        self.capacity = capacity
-        self.obs = torch.zeros(capacity, obs_dim, device=device)
-        self.actions = torch.zeros(capacity, act_dim, device=device)
-        self.rewards = torch.zeros(capacity, device=device)
-        self.next_obs = torch.zeros(capacity, obs_dim, device=device)
-        self.terminations = torch.zeros(capacity, device=device)
-        self.pos = 0
-        self.size = 0
-        self.fill = torch.zeros((), dtype=torch.float64, device=device)  # self.size, on the device
-
-    def add(self, obs: torch.Tensor, action: torch.Tensor, reward: float, next_obs: torch.Tensor, terminated: bool) -> None:
-        self.obs[self.pos] = obs
-        self.actions[self.pos] = action
-        self.rewards[self.pos] = reward
-        self.next_obs[self.pos] = next_obs
-        self.terminations[self.pos] = float(terminated)
-        self.pos = (self.pos + 1) % self.capacity
-        self.size = min(self.size + 1, self.capacity)
-        self.fill.fill_(self.size)
-
-    def sample(self, batch_size: int) -> ReplayBatch:
-        idx = (torch.rand(batch_size, dtype=torch.float64, device=self.obs.device) * self.fill).long()  # (B,) < size
-        return ReplayBatch(self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.terminations[idx])
-
-    def state_dict(self) -> dict:
-        """The filled rows, copied: a saved view would drag the whole preallocated storage into the checkpoint."""
-        rows = {name: getattr(self, name)[: self.size].to("cpu", copy=True) for name in ReplayBatch._fields}
-        return {"pos": self.pos, "size": self.size, **rows}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.pos, self.size = state["pos"], state["size"]
-        self.fill.fill_(self.size)
-        for name in ReplayBatch._fields:
-            getattr(self, name)[: self.size] = state[name]
-
-
 # LOSSES AND TARGETS
 def multiquadric_kernel(x: torch.Tensor, y: torch.Tensor, h: float) -> torch.Tensor:
     """k_h(x, y) = -sqrt(1 + h^2 |x - y|^2): x (..., n, d), y (..., m, d) -> (..., n, m)."""
@@ -544,181 +467,6 @@ def contraction_factor(
 
 
 # TRAINING
-def evaluate(actor: Actor, env: gym.Env, num_episodes: int, seed: int, device: torch.device) -> list[float]:
-    """Returns of the deterministic policy over `num_episodes` episodes reset with seeds seed, seed+1, ...; a video being
-    recorded (RecordVideo, --capture-video) is written before returning."""
-    returns = []
-    for episode in range(num_episodes):
-        obs, _ = env.reset(seed=seed + episode)
-        done, episode_return = False, 0.0
-        while not done:
-            with torch.no_grad():
-                action = actor(torch.as_tensor(obs, device=device)[None])[0].cpu().numpy()
-            obs, reward, terminated, truncated, _ = env.step(action)
-            episode_return += float(reward)
-            done = terminated or truncated
-        returns.append(episode_return)
-    if getattr(env, "recording", False):
-        env.stop_recording()
-    return returns
-
-
-def save_checkpoint(path: str, state: dict) -> None:
-    """Write atomically, so a crash during the write never destroys the previous checkpoint."""
-    try:
-        torch.save(state, path + ".tmp")
-        os.replace(path + ".tmp", path)
-    except OSError as error:
-        fail(f"cannot write {path}: {error.strerror or error}")
-
-
-def fail(message: str) -> None:
-    """One line on stderr, exit status 1, no traceback."""
-    raise SystemExit(f"{os.path.basename(__file__)}: error: {message}")
-
-
-def raise_keyboard_interrupt(signum: int, frame: object) -> None:
-    """SIGTERM, what Slurm and most schedulers send before killing a job, stops a run like Ctrl-C: checkpoint, exit."""
-    raise KeyboardInterrupt
-
-
-def open_run(args: Args) -> tuple:
-    """(the run's Args, its checkpoint with --resume or None, its folder, the training and evaluation envs, the wandb
-    module with --track or None); a bad flag or file is a ValueError."""
-    checkpoint, wandb = None, None
-    if args.resume is not None:
-        from flag_extras import read_checkpoint
-
-        args, checkpoint, run_dir = read_checkpoint(args, sys.modules[__name__])
-    else:
-        check_args(args)
-        run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-    env = make_env(args)
-    try:
-        os.makedirs(run_dir, exist_ok=True)
-    except OSError as error:
-        raise ValueError(f"cannot write to {run_dir}: {error.strerror or error}") from None
-    if args.capture_video:
-        from flag_extras import make_video_env
-
-        eval_env = make_video_env(args, make_env, os.path.join(run_dir, "videos"))
-    else:
-        eval_env = make_env(args)
-    if args.track:
-        from flag_extras import start_tracking
-
-        wandb = start_tracking(args, run_dir)
-    return args, checkpoint, run_dir, env, eval_env, wandb
-
-
-class Run:
-    """A run's bookkeeping around the algorithm: the progress bar, TensorBoard, periodic evaluation, checkpoints (at the
-    first episode end after every --checkpoint-frequency steps, at the end, on Ctrl-C or SIGTERM), the NaN guard and
-    summary.json. A checkpoint holds every object of `stateful` by name, the step, the counters and the RNG states."""
-
-    def __init__(self, args: Args, run_dir: str, checkpoint: dict | None, stateful: dict, envs: tuple, wandb, device):
-        self.args, self.run_dir, self.stateful, self.device, self.wandb = args, run_dir, stateful, device, wandb
-        self.env, self.eval_env = envs
-        self.checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-        counters = (0, 0, [], [], 0.0)
-        if checkpoint is not None:  # --resume: every state and RNG as they were
-            from flag_extras import restore
-
-            counters = restore(checkpoint, stateful, self.env, device)
-            print(f"resuming {run_dir} at step {counters[0]}", file=sys.stderr)
-        self.start_step, self.num_critic_updates, self.eval_steps, self.eval_returns, self.previous_wall_time = counters
-        self.writer = SummaryWriter(run_dir, purge_step=self.start_step if checkpoint is not None else None)
-        if checkpoint is None:
-            table = "\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])
-            self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
-        self.last_checkpoint_step, self.sps = self.start_step, 0
-        self.start_time = time.time()
-        steps = range(self.start_step, args.total_timesteps)
-        self.progress = tqdm(steps, initial=self.start_step, total=args.total_timesteps, desc=args.exp_name, mininterval=1.0)
-        signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # from here on, SIGTERM is Ctrl-C
-
-    def state(self, next_step: int) -> dict:
-        """Everything a resumed run needs: tensors and plain Python values only (loads with weights_only=True)."""
-        counters = dict(global_step=next_step, num_critic_updates=self.num_critic_updates, eval_steps=self.eval_steps)
-        counters.update(eval_returns=self.eval_returns, wall_time_s=self.previous_wall_time + time.time() - self.start_time)
-        rng = dict(torch_rng=torch.get_rng_state(), env_rng=self.env.unwrapped.np_random.bit_generator.state)
-        rng["cuda_rng"] = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
-        states = {name: state.state_dict() for name, state in self.stateful.items()}
-        return {"script": os.path.basename(__file__), "args": asdict(self.args), **counters, **states, **rng}
-
-    def log_episode(self, info: dict, step: int) -> None:
-        if "episode" in info:
-            self.writer.add_scalar("charts/episodic_return", info["episode"]["r"], step)
-            self.writer.add_scalar("charts/episodic_length", info["episode"]["l"], step)
-
-    def check_finite(self, losses: dict[str, torch.Tensor], step: int) -> None:
-        """Stop at a non-finite loss, checked every 100 steps and at the last (the loop's one host sync), saving the
-        state to nonfinite_checkpoint.pt for inspection."""
-        checked = step % 100 == 0 or step + 1 == self.args.total_timesteps
-        if checked and not torch.isfinite(torch.stack(list(losses.values()))).all():
-            bad = ", ".join(f"{name}={value.item()}" for name, value in losses.items())
-            path = os.path.join(self.run_dir, "nonfinite_checkpoint.pt")
-            save_checkpoint(path, self.state(step + 1))
-            fail(f"non-finite loss at step {step} (checked every 100 steps; {bad}); state saved to {path}")
-
-    def log_speed(self, step: int) -> None:
-        """SPS every 100 steps."""
-        if step % 100 == 0:
-            self.sps = int((step + 1 - self.start_step) / (time.time() - self.start_time))
-            self.writer.add_scalar("charts/SPS", self.sps, step)
-            self.progress.set_postfix(SPS=self.sps, eval=self.eval_returns[-1] if self.eval_returns else None, refresh=False)
-
-    def evaluate_if_due(self, actor: Actor, step: int) -> None:
-        """Every --eval-frequency steps and at the end: the deterministic policy on the same evaluation seeds."""
-        if (step + 1) % self.args.eval_frequency != 0 and step + 1 != self.args.total_timesteps:
-            return
-        if self.args.capture_video:
-            self.eval_env.name_prefix = f"eval-step-{step + 1}"  # the evaluation's first episode is filmed
-        returns = evaluate(actor, self.eval_env, self.args.eval_episodes, self.args.seed + 100_000, self.device)
-        self.eval_steps.append(step + 1)
-        self.eval_returns.append(float(np.mean(returns)))
-        self.writer.add_scalar("eval/episodic_return", self.eval_returns[-1], step + 1)
-        if self.args.capture_video and self.wandb is not None:
-            from flag_extras import log_eval_video
-
-            log_eval_video(self.wandb, self.run_dir, step + 1)
-        self.progress.set_postfix(SPS=self.sps, eval=self.eval_returns[-1], refresh=False)
-
-    def checkpoint_if_due(self, step: int) -> None:
-        """At an episode end, once --checkpoint-frequency steps have passed: a resumed run continues as if never stopped."""
-        if self.args.checkpoint_frequency and step + 1 - self.last_checkpoint_step >= self.args.checkpoint_frequency:
-            save_checkpoint(self.checkpoint_path, self.state(step + 1))
-            self.last_checkpoint_step = step + 1
-
-    def interrupted(self, step: int) -> None:
-        save_checkpoint(self.checkpoint_path, self.state(step))
-        self.writer.close()
-        self.progress.close()
-        fail(f"interrupted at step {step}; resume with --resume {self.checkpoint_path}")
-
-    def finish(self, model: dict[str, nn.Module]) -> None:
-        """The last checkpoint, model.pt (--save-model), summary.json."""
-        self.progress.close()
-        args, returns = self.args, self.eval_returns
-        save_checkpoint(self.checkpoint_path, self.state(args.total_timesteps))
-        if args.save_model:
-            weights = {name: network.state_dict() for name, network in model.items()}
-            save_checkpoint(
-                os.path.join(self.run_dir, "model.pt"), {"script": os.path.basename(__file__), **weights, "args": asdict(args)}
-            )
-        summary = dict(
-            final_eval_return=returns[-1], eval_steps=self.eval_steps, eval_returns=returns, nauc=float(np.mean(returns))
-        )
-        summary.update(wall_time_s=self.previous_wall_time + time.time() - self.start_time, args=asdict(args))
-        with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
-        print(f"final eval return {summary['final_eval_return']:.2f}, nAUC {summary['nauc']:.2f}; outputs in {self.run_dir}")
-        for closing in (self.env, self.eval_env, self.writer):
-            closing.close()
-        if self.wandb is not None:
-            self.wandb.finish()
-
-
 def log_update(
     writer: SummaryWriter, args: Args, batch: dict[str, torch.Tensor], losses: dict[str, torch.Tensor], step: int
 ) -> None:
@@ -731,14 +479,8 @@ def log_update(
 
 
 def main(args: Args) -> None:
-    try:
-        if args.evaluate is not None:
-            from flag_extras import evaluate_saved_model
-
-            return evaluate_saved_model(args, sys.modules[__name__])
-        args, checkpoint, run_dir, env, eval_env, wandb = open_run(args)
-    except ValueError as error:
-        fail(str(error))
+    run = run_bookkeeping.open_run(args, sys.modules[__name__])  # the checked flags (--resume: the run's), folder, envs
+    args, env = run.args, run.env
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -758,19 +500,18 @@ def main(args: Args) -> None:
     critic_optimizer = torch.optim.RAdam(critic.parameters(), lr=args.learning_rate, foreach=True, capturable=args.cudagraphs)
     world_model = make_world_model(args.world_model, obs_dim, act_dim, args.wm_hidden_dim).to(device)
     wm_optimizer = torch.optim.RAdam(world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4, foreach=True)
-    rb = ReplayBuffer(obs_dim, act_dim, args.buffer_size, device)
+    rb = replay_buffer.ReplayBuffer(obs_dim, act_dim, args.buffer_size, device)
     networks = dict(
         actor=actor, critic=critic, target_actor=target_actor, target_critic=target_critic, world_model=world_model
     )
     optimizers = dict(actor_optimizer=actor_optimizer, critic_optimizer=critic_optimizer, wm_optimizer=wm_optimizer)
-    stateful = {**networks, **optimizers, "replay_buffer": rb}  # what a checkpoint holds, by name
+    stateful = {**networks, **optimizers, "replay_buffer": rb}  # what a checkpoint holds, by name (None: not built)
     if args.compile:
         from flag_extras import compile_parts
 
         compile_parts(actor, world_model, sys.modules[__name__])
 
-    # ALGO LOGIC: one critic update and one actor update, functions of device tensors with no host sync inside, so that
-    # --cudagraphs can capture each as one CUDA graph; without it they run eagerly as written
+    # ALGO LOGIC: the critic and actor updates, on device tensors with no host sync inside (--cudagraphs captures each)
     def update_critic() -> dict[str, torch.Tensor]:
         """A fresh replay batch and one critic step on it: what the actor step and the logs read."""
         data = rb.sample(args.batch_size)
@@ -813,25 +554,16 @@ def main(args: Args) -> None:
                 target_param.lerp_(param, args.tau)
         return actor_loss.detach()
 
-    if device.type == "cpu" and checkpoint is None:  # what the run will cost, before the warm-up
-        with suppress(ImportError):  # advice only: a script copied alone runs without it
-            from flag_extras import cpu_cost_note
-
-            cpu_cost_note((update_critic, update_actor), stateful, args, __file__)
+    losses: dict[str, torch.Tensor] = {}
+    monitor_contraction = args.contraction_frequency > 0
+    global_step = start_step = run.start(stateful, device, (update_critic, update_actor))  # CPU cost note; --resume: as saved
+    obs, _ = env.reset(seed=args.seed if run.checkpoint is None else None)  # resumed: a fresh episode, RNG as saved
     if args.cudagraphs:
         from flag_extras import CudaGraphStep
 
         update_critic, update_actor = CudaGraphStep(update_critic), CudaGraphStep(update_actor)
-
-    losses: dict[str, torch.Tensor] = {}
-    monitor_contraction = args.contraction_frequency > 0
-    obs, _ = env.reset(seed=args.seed)
-    run = Run(args, run_dir, checkpoint, stateful, (env, eval_env), wandb, device)
-    global_step = run.start_step
     try:
-        if checkpoint is not None:  # a resumed run starts a fresh episode
-            obs, _ = env.reset()
-        for global_step in run.progress:
+        for global_step in run.progress_bar(range(start_step, args.total_timesteps)):
             # ALGO LOGIC: put action logic here
             if global_step < args.learning_starts:
                 action = torch.rand(act_dim) * 2.0 - 1.0

@@ -22,6 +22,7 @@ import tyro
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+import replay_buffer  # noqa: E402
 import td3_huber  # noqa: E402
 
 FLAGS = slice(4, None)  # the point mass's observation: position (2), velocity (2), one memory flag per bonus location
@@ -40,7 +41,7 @@ class OracleFlags:
         return torch.cat([next_obs[..., : FLAGS.start], real_flags], -1), rewards
 
 
-def oracle_flag_td_targets(data: td3_huber.ReplayBatch, world_model, *args, **kwargs) -> torch.Tensor:
+def oracle_flag_td_targets(data: replay_buffer.ReplayBatch, world_model, *args, **kwargs) -> torch.Tensor:
     if world_model is None:
         return script_td_targets(data, world_model, *args, **kwargs)
     return script_td_targets(data, OracleFlags(world_model, data.next_obs), *args, **kwargs)

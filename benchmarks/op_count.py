@@ -62,7 +62,7 @@ def main(args: Args) -> None:
     for spec in args.scripts:
         name, _, variant = spec.partition("@")
         module = importlib.import_module(name)
-        module.evaluate = lambda *_: [0.0]
+        importlib.import_module("run_bookkeeping").evaluate = lambda *_: [0.0]  # the scripts evaluate through it
         variant = variant.split(",") if variant else []
         counts = []
         for extra in (10, 10 + args.iterations):

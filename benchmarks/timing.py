@@ -208,7 +208,7 @@ def critic_update_breakdown(module, args: Args, variant: list[str]) -> tuple[lis
     )
     for part, name in parts:
         part.__class__ = type(name, (type(part),), {})
-    data = module.ReplayBatch(
+    data = importlib.import_module("replay_buffer").ReplayBatch(
         *(
             x.to(device)
             for x in (

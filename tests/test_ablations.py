@@ -8,6 +8,7 @@ import pytest
 import torch
 from helpers import only_run_dir, read_scalars, read_summary, run_script
 
+import replay_buffer
 import td3_huber
 
 SCRIPTS_WITH_WORLD_MODEL = list(helpers.RL_SCRIPTS)
@@ -68,7 +69,7 @@ def test_without_double_q_the_target_uses_critic_one(name):
     module = importlib.import_module(name)
     torch.manual_seed(3)
     actor, critic = module.Actor(3, 2, 8), module.Critic(3, 2, 8)
-    batch = module.ReplayBatch(torch.randn(5, 3), torch.rand(5, 2), torch.randn(5), torch.randn(5, 3), torch.zeros(5))
+    batch = replay_buffer.ReplayBatch(torch.randn(5, 3), torch.rand(5, 2), torch.randn(5), torch.randn(5, 3), torch.zeros(5))
     model = module.WorldModel(3, 2, 8)
     args = (actor, critic, 0.9, 0.0, 0.5)
     target_function = module.td_targets if name == "td3_huber" else module.sobolev_targets

@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import flag_extras
+import replay_buffer
 
 RL_SCRIPTS = [f"{name}.py" for name in helpers.RL_SCRIPTS]
 
@@ -43,7 +44,7 @@ def test_cudagraphs_is_refused_on_cpu_in_one_line(tmp_path, script):
 
 
 def test_replay_sampling_on_the_device_is_uniform_below_the_fill_level():
-    rb = TD3.ReplayBuffer(1, 1, capacity=10, device=torch.device("cpu"))
+    rb = replay_buffer.ReplayBuffer(1, 1, capacity=10, device=torch.device("cpu"))
     for i in range(7):
         rb.add(torch.zeros(1), torch.zeros(1), float(i), torch.zeros(1), False)
     assert rb.fill.item() == rb.size == 7
@@ -56,7 +57,7 @@ def test_replay_sampling_on_the_device_is_uniform_below_the_fill_level():
         rb.add(torch.zeros(1), torch.zeros(1), float(i), torch.zeros(1), False)
     assert rb.fill.item() == rb.size == 10
     assert set(rb.sample(5_000).rewards.long().tolist()) == {3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
-    restored = TD3.ReplayBuffer(1, 1, capacity=10, device=torch.device("cpu"))
+    restored = replay_buffer.ReplayBuffer(1, 1, capacity=10, device=torch.device("cpu"))
     restored.load_state_dict(rb.state_dict())
     assert restored.fill.item() == 10
 

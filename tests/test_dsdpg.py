@@ -13,6 +13,7 @@ from helpers import error_lines, only_run_dir, read_scalars, read_summary, run_s
 import dsdpg_mmd_sobolev as dsdpg
 import dsdpg_msmmd_sobolev as dsdpg_ms
 import mage_huber_sobolev as mage
+import replay_buffer
 
 TINY = [
     *(
@@ -332,7 +333,7 @@ def test_mage_targets_match_finite_differences(float64):
 
     def targets_at(a):
         torch.manual_seed(5)
-        batch = mage.ReplayBatch(obs, a, torch.zeros(6), torch.zeros(6, 3), torch.zeros(6))
+        batch = replay_buffer.ReplayBatch(obs, a, torch.zeros(6), torch.zeros(6, 3), torch.zeros(6))
         return mage.sobolev_targets(batch, world_model, actor, critic, 0.99, 0.2, 0.5, dyna_reward="model")
 
     targets = targets_at(actions)

@@ -9,6 +9,7 @@ import torch.nn as nn
 from helpers import ROOT, load_benchmark
 
 sys.path.insert(0, str(ROOT))
+import replay_buffer  # noqa: E402
 import td3_huber  # noqa: E402
 
 oracle = load_benchmark("dyna_oracle_flags")
@@ -22,7 +23,7 @@ def test_oracle_flag_targets_equal_hand_computed_target():
     actor, critic = td3_huber.Actor(OBS_DIM, ACT_DIM, 8), td3_huber.Critic(OBS_DIM, ACT_DIM, 8)
     B = 6
     real_next = torch.cat([torch.randn(B, 4), torch.randint(0, 2, (B, M)).float()], 1)
-    data = td3_huber.ReplayBatch(
+    data = replay_buffer.ReplayBatch(
         torch.randn(B, OBS_DIM),
         torch.rand(B, ACT_DIM) * 2 - 1,
         torch.randn(B),

@@ -9,6 +9,8 @@ import pytest
 import torch
 from helpers import only_run_dir, read_scalars, run_script, tiny_target_networks
 
+import replay_buffer
+
 DISTRIBUTIONAL = ["mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
 SOBOLEV = ["dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
 
@@ -29,10 +31,10 @@ def targets_of(module, obs, actions, rewards, terminations, parts, dyna_reward: 
     world_model, actor, critic = parts
     torch.manual_seed(seed)
     if module.__name__ == "td3_huber":
-        batch = module.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
+        batch = replay_buffer.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
         return module.td_targets(batch, world_model, actor, critic, 0.9, 0.2, 0.5, dyna_reward=dyna_reward)
     if module.__name__ == "mage_huber_sobolev":
-        batch = module.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
+        batch = replay_buffer.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
         return module.sobolev_targets(batch, world_model, actor, critic, 0.9, 0.2, 0.5, dyna_reward=dyna_reward)
     function = module.sobolev_targets if module.__name__ in SOBOLEV else module.return_targets
     return function(

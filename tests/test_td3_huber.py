@@ -13,9 +13,11 @@ import torch.nn.functional as F
 from helpers import error_lines, only_run_dir, read_scalars, read_summary, run_script
 
 import noise_wrappers
+import run_bookkeeping
 import td3_huber
 from noise_wrappers import GaussianDynamicsNoise, MultiplicativeObservationNoise
-from td3_huber import Args, Critic, ReplayBatch, ReplayBuffer, RunningNormaliser, WorldModel, critic_loss, make_env, td_targets
+from replay_buffer import ReplayBatch, ReplayBuffer
+from td3_huber import Args, Critic, RunningNormaliser, WorldModel, critic_loss, make_env, td_targets
 
 TINY = [
     *(
@@ -322,14 +324,14 @@ def test_resume_continues_exactly_as_an_uninterrupted_run(tmp_path, monkeypatch)
     """A run checkpointed at an episode end and resumed ends with the same weights as the same run left alone."""
     monkeypatch.chdir(tmp_path)
     saved_steps = []
-    save = td3_huber.save_checkpoint
+    save = run_bookkeeping.save_checkpoint
 
     def keep_every_checkpoint(path, state):
         save(path, state)
         saved_steps.append(state["global_step"])
         shutil.copy(path, tmp_path / f"kept_{state['global_step']}.pt")
 
-    monkeypatch.setattr(td3_huber, "save_checkpoint", keep_every_checkpoint)
+    monkeypatch.setattr(run_bookkeeping, "save_checkpoint", keep_every_checkpoint)
     common = dict(
         env_id="PointMass-v0",
         total_timesteps=500,
