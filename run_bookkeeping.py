@@ -36,7 +36,9 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"--{name.replace('_', '-')} must be finite (got {value})")
+    default_noise_scale = type(args).__dataclass_fields__["obs_noise_scale"].default
     checks = [
+        (0 <= args.seed < 2**32, f"--seed must be in [0, 2^32) (got {args.seed})"),
         (args.total_timesteps >= 1, "--total-timesteps must be >= 1"),
         (args.learning_starts >= 0, "--learning-starts must be >= 0"),
         (args.batch_size >= 1, "--batch-size must be >= 1"),
@@ -52,6 +54,14 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
         *own_checks(),
         (0.0 <= args.obs_noise_scale < 1.0, "--obs-noise-scale must be in [0, 1)"),
         (args.dyn_noise_std is None or args.dyn_noise_std >= 0, "--dyn-noise-std must be >= 0"),
+        (
+            args.obs_noise == "mult" or args.obs_noise_scale == default_noise_scale,
+            "--obs-noise-scale changes nothing without --obs-noise mult (add it, or drop --obs-noise-scale)",
+        ),
+        (
+            args.dyn_noise == "gauss" or args.dyn_noise_std is None,
+            "--dyn-noise-std changes nothing without --dyn-noise gauss (add it, or drop --dyn-noise-std)",
+        ),
         (args.eval_frequency >= 1, "--eval-frequency must be >= 1"),
         (args.eval_episodes >= 1, "--eval-episodes must be >= 1"),
         (args.checkpoint_frequency >= 0 and args.contraction_frequency >= 0, "frequencies must be >= 0"),

@@ -3,6 +3,7 @@ with the command it printed; a finished run resumed is left alone; bad flags, pa
 non-zero exit and no traceback, and change nothing a run had written."""
 
 import hashlib
+import importlib
 import re
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import types
 from pathlib import Path
 
+import helpers
 import pytest
 import torch
 from helpers import ROOT, error_lines, only_run_dir, read_summary, run_script
@@ -126,3 +128,34 @@ def test_track_honours_wandb_dir(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_DIR")
     flag_extras.start_tracking(td3_huber.Args(), str(tmp_path / "runs" / "a_run"))
     assert [call["dir"] for call in calls] == [str(tmp_path / "elsewhere"), str(tmp_path / "runs")]
+
+
+DISTRIBUTIONAL_MMD = ("mmd_critic", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev")
+
+
+@pytest.mark.parametrize("script", helpers.RL_SCRIPTS)
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (dict(seed=-1), "--seed must be in [0, 2^32) (got -1)"),
+        (dict(seed=2**32), "--seed must be in [0, 2^32) (got 4294967296)"),
+        (dict(obs_noise_scale=0.3), "--obs-noise-scale changes nothing without --obs-noise mult"),
+        (dict(dyn_noise_std=0.05), "--dyn-noise-std changes nothing without --dyn-noise gauss"),
+        (dict(kernel_bandwidth=1e200), "--kernel-bandwidth must be in (0, 1e6]"),
+    ],
+)
+def test_flags_out_of_range_or_without_effect_are_refused(script, flags, message):
+    """Each is a ValueError from check_args (one line and exit 1 through open_run); their valid neighbours pass."""
+    module = importlib.import_module(script)
+    if "kernel_bandwidth" in flags and script not in DISTRIBUTIONAL_MMD:
+        pytest.skip("no kernel")
+    with pytest.raises(ValueError) as refused_flag:
+        module.check_args(module.Args(**flags))
+    assert str(refused_flag.value).startswith(message)
+    fine = dict(
+        seed=dict(seed=0 if flags.get("seed", 0) < 0 else 2**32 - 1),
+        obs_noise_scale=dict(obs_noise="mult", obs_noise_scale=0.3),
+        dyn_noise_std=dict(dyn_noise="gauss", dyn_noise_std=0.05),
+        kernel_bandwidth=dict(kernel_bandwidth=1e6),
+    )[next(iter(flags))]
+    module.check_args(module.Args(**fine))
