@@ -77,8 +77,19 @@ import numpy as np
 import tyro
 from rliable import library, metrics, plot_utils
 
-SCRIPT_ORDER = ("td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev")
 NOISE_ORDER = ("none", "mult", "gauss", "mult+gauss")
+METHODS = {  # exp_name -> the paper's name of the method and its colour, the same in every figure
+    "td3_huber_no_dyna": ("TD3", "tab:gray"),
+    "td3_huber": ("TD3 (Dyna)", "tab:brown"),
+    "mage_huber_sobolev": ("MAGE", "tab:orange"),
+    "iqn": ("IQN", "tab:olive"),
+    "mmd_critic": ("MMD", "tab:cyan"),
+    "dsdpg_mmd_sobolev": ("DSDPG-MMD", "tab:green"),
+    "dsdpg_msmmd_sobolev": ("DSDPG-MSMMD", "tab:red"),
+    "dsdpg_msmmd_sobolev_ascent": ("DSDPG-MSMMD (ascent)", "tab:purple"),
+}
+SCRIPT_ORDER = tuple(METHODS)  # tables and figures list the methods in this order, then the others alphabetically
+OTHER_COLOURS = ("tab:blue", "tab:pink", "black", "gold", "navy", "lime", "teal", "crimson")
 DEFAULT_OBS_NOISE_SCALE = 0.2
 IGNORED_SETTINGS = ("seed", "resume", "cuda")
 """Args that may differ between the seeds of one group"""
@@ -416,8 +427,38 @@ def figure(envs: list[str], noises: list[str]):
     return fig, axes
 
 
+def method_name(script: str) -> str:
+    """The paper's name of a group's method (exp_name, with any --split-by values after it), else the exp_name."""
+    base, bracket, split = script.partition("[")
+    return METHODS[base][0] + (f" [{split}" if bracket else "") if base in METHODS else script
+
+
 def colour(scripts: list[str], script: str):
-    return plt.get_cmap("tab10")(scripts.index(script) % 10)
+    """A known method's own colour (the same in every figure; a --split-by group gets its method's colour with a
+    line style of its own), else one of OTHER_COLOURS by the order of the unknown names."""
+    base = script.split("[")[0]
+    if base in METHODS:
+        return METHODS[base][1]
+    unknown = [name for name in dict.fromkeys(s.split("[")[0] for s in scripts) if name not in METHODS]
+    return OTHER_COLOURS[unknown.index(base) % len(OTHER_COLOURS)]
+
+
+def line_style(scripts: list[str], script: str) -> str:
+    """Solid, then dashed, dotted, ... for the groups that share a method's colour (--split-by)."""
+    base = script.split("[")[0]
+    siblings = [name for name in scripts if name.split("[")[0] == base]
+    return ("-", "--", ":", "-.")[siblings.index(script) % 4]
+
+
+def figure_legend(fig, axes) -> None:
+    """One legend for the figure, below the panels, so that it covers no curve; labels in the order first drawn."""
+    handles = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    if handles:
+        columns = min(len(handles), 2 * axes.shape[1])  # two labels per panel's width
+        fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=columns, fontsize=8)
 
 
 def plot_bars(path: str, groups: dict, rows: list[dict], metric: str, label: str) -> None:
@@ -438,7 +479,9 @@ def plot_bars(path: str, groups: dict, rows: list[dict], metric: str, label: str
                 ax.bar(x, median, color=colour(scripts, script), alpha=0.75, yerr=error, capsize=4)
                 values = [run[metric] for run in groups[(script, env, noise)]]
                 ax.plot(x + jitter.uniform(-0.2, 0.2, len(values)), values, "k.", markersize=3)
-            ax.set_xticks(range(len(scripts)), scripts, rotation=35, ha="right", fontsize=7)
+            ax.set_xticks(
+                range(len(scripts)), [method_name(script) for script in scripts], rotation=35, ha="right", fontsize=7
+            )
             ax.set_ylabel(label, fontsize=8)
             ax.tick_params(axis="y", labelsize=7)
     fig.suptitle(f"{label}: median over seeds,\n95% stratified-bootstrap CI (rliable), dots = seeds", fontsize=10)
@@ -461,17 +504,17 @@ def plot_curves(path: str, groups: dict) -> None:
             steps,
             median,
             color=colour(scripts, script),
-            label=f"{script} ({len(members)})",
+            linestyle=line_style(scripts, script),
+            label=f"{method_name(script)} ({len(members)})",
             marker="." if len(steps) <= 12 else None,
         )
-        ax.fill_between(steps, q25, q75, color=colour(scripts, script), alpha=0.2)
+        ax.fill_between(steps, q25, q75, color=colour(scripts, script), alpha=0.15)
     for ax in axes.flat:
-        ax.set_xlabel("env steps", fontsize=8)
-        ax.set_ylabel("eval return", fontsize=8)
+        ax.set_xlabel("environment steps", fontsize=8)
+        ax.set_ylabel("evaluation return (per episode)", fontsize=8)
         ax.tick_params(labelsize=7)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.suptitle("Eval return: median over seeds\n(number of seeds), 25-75% band", fontsize=10)
+    figure_legend(fig, axes)
+    fig.suptitle("Evaluation return: median over seeds\n(number of seeds), 25-75% band", fontsize=10)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -502,21 +545,23 @@ def plot_performance_profiles(path: str, groups: dict, n_boot: int, seed: int) -
             profiles, cis = library.create_performance_profile(
                 scores, taus, custom_profile_func=score_distribution, reps=n_boot
             )
+            named = {method_name(script): script for script in scores}
             plot_utils.plot_performance_profiles(
-                profiles,
+                {name: profiles[script] for name, script in named.items()},
                 taus,
-                performance_profile_cis=cis,
+                performance_profile_cis={name: cis[script] for name, script in named.items()},
                 ax=axes[i, j],
                 alpha=0.08,
-                colors={script: colour(scripts, script) for script in scores},
-                xlabel="final eval return tau",
+                colors={name: colour(scripts, script) for name, script in named.items()},
+                linestyles={name: line_style(scripts, script) for name, script in named.items()},
+                xlabel="final evaluation return tau",
                 ylabel="fraction of runs > tau",
                 labelsize=8,
                 ticklabelsize=7,
-                legend=True,
-                legendsize=6,
+                legend=False,
             )
-    fig.suptitle("Performance profiles of the final eval return,\n95% stratified-bootstrap CI (rliable)", fontsize=10)
+    figure_legend(fig, axes)
+    fig.suptitle("Performance profiles of the final evaluation return,\n95% stratified-bootstrap CI (rliable)", fontsize=10)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 

@@ -375,3 +375,20 @@ def test_value_check_reads_the_logged_values_of_every_run(tmp_path):
     with pytest.raises(SystemExit) as refused:
         value_check.value_table(value_check.Args(str(tmp_path / "empty")))
     assert refused.value.code == f"value_check.py: error: no finished run (summary.json) under {tmp_path / 'empty'}"
+
+
+def test_figures_name_methods_as_the_paper_and_keep_one_colour_each():
+    """A method's label and colour do not depend on which other methods a grid holds; --split-by groups keep their
+    method's colour with line styles of their own; unknown exp_names get distinct other colours."""
+    assert aggregate.method_name("td3_huber_no_dyna") == "TD3"
+    assert aggregate.method_name("dsdpg_msmmd_sobolev[dyna_reward=model]") == "DSDPG-MSMMD [dyna_reward=model]"
+    assert aggregate.method_name("my_variant") == "my_variant"
+    alone = aggregate.colour(["dsdpg_msmmd_sobolev"], "dsdpg_msmmd_sobolev")
+    crowded = ["td3_huber", "my_variant", "iqn", "dsdpg_msmmd_sobolev", "other"]
+    assert aggregate.colour(crowded, "dsdpg_msmmd_sobolev") == alone
+    colours = [aggregate.colour(crowded, script) for script in crowded]
+    assert len(set(colours)) == len(crowded)
+    split = ["td3_huber[dyna_reward=model]", "td3_huber[dyna_reward=replay]"]
+    assert len({aggregate.colour(split, script) for script in split}) == 1
+    assert [aggregate.line_style(split, script) for script in split] == ["-", "--"]
+    assert len({name for name, _ in aggregate.METHODS.values()}) == len({c for _, c in aggregate.METHODS.values()})
