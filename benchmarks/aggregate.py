@@ -111,8 +111,8 @@ class Args:
     seed: int = 0
     """seed of numpy's global random generator, set before each bootstrap"""
     split_by: list[str] = field(default_factory=list)
-    """settings (Args names) that split a script's runs into groups of their own, labelled script[name=value], e.g.
-    --split-by dyna_reward"""
+    """settings (Args names, or their flags' spelling) that split a script's runs into groups of their own, labelled
+    script[name=value], e.g. --split-by dyna_reward (or dyna-reward); a name no run has is refused"""
     strict: bool = False
     """stop at the first summary.json that is not a run summary (default: leave it out with a warning)"""
     until_step: int | None = None
@@ -148,6 +148,10 @@ def nauc(eval_returns: list[float]) -> float:
 
 class NotARunSummary(Exception):
     """A summary.json that cannot be read as a run summary; the message says why."""
+
+
+class NoEvaluationYet(Exception):
+    """A valid run summary whose first evaluation comes after --until-step; the message names that step."""
 
 
 def json_type(value) -> str:
@@ -227,7 +231,7 @@ def read_run(path: str, run_dir: str, split_by: list[str] = (), until_step: int 
     if until_step is not None:
         kept = [(step, value) for step, value in zip(steps, returns) if step <= until_step]
         if not kept:
-            raise NotARunSummary(f"no evaluation at or before step {until_step}")
+            raise NoEvaluationYet(f"first evaluation at step {steps[0]}")
         steps, returns = [step for step, _ in kept], [value for _, value in kept]
         final, run_nauc = returns[-1], nauc(returns)
     return {
@@ -252,7 +256,7 @@ def load_runs(
     values), env, noise, seed, the metrics, the curve (up to `until_step`), run_dir, args. A summary.json that is not a
     run summary is left out with a warning naming it, or, if that leaves no run, exits with one error line; with
     `strict`, the first one exits with one error line."""
-    runs, bad, unfinished = [], [], 0
+    runs, bad, unfinished, too_early = [], [], 0, []
     for root, dirs, files in (w for d in ([runs_dir] if isinstance(runs_dir, str) else runs_dir) for w in os.walk(d)):
         dirs.sort()
         if "summary.json" not in files:
@@ -267,8 +271,15 @@ def load_runs(
             if strict:
                 fail(f"{path} is not a run summary ({reason})")
             bad.append((path, reason))
+        except NoEvaluationYet as error:
+            too_early.append((path, str(error)))
     if unfinished:
         warn(f"{unfinished} unfinished run(s) without summary.json left out")
+    if too_early and not runs and not bad:
+        path, first = too_early[0]
+        fail(f"no run has an evaluation at or before --until-step {until_step} (the first run's: {path}, {first})")
+    if too_early:
+        warn(f"{len(too_early)} run(s) without an evaluation at or before --until-step {until_step} left out")
     if bad and not runs:
         path, reason = bad[0]
         where = repr(runs_dir) if isinstance(runs_dir, str) else f"the {len(runs_dir)} job folders"
@@ -623,7 +634,11 @@ def main(args: Args) -> None:
         fail("--bootstrap-samples must be >= 1")
     if args.until_step is not None and args.until_step < 1:
         fail("--until-step must be >= 1")
-    runs = load_runs(args.runs_dir, args.split_by, args.strict, args.until_step)
+    split_by = [name.replace("-", "_") for name in args.split_by]  # as the flag is spelled, or as args holds it
+    runs = load_runs(args.runs_dir, split_by, args.strict, args.until_step)
+    for name in split_by:
+        if runs and not any(name in run["args"] for run in runs):
+            fail(f"--split-by {name}: no run has that setting (names as in summary.json's args, e.g. dyna_reward)")
     if not runs:
         stopped = stopped_runs(args.runs_dir)
         if stopped:

@@ -272,3 +272,35 @@ def test_only_stopped_runs_is_one_error_naming_them(tmp_path):
         "aggregate.py: error: no summary.json under 'grid'; stopped on a non-finite loss: "
         + os.path.join("grid", "seed1", "runs", stopped.name)
     ]
+
+
+def test_split_by_takes_the_flag_spelling_and_refuses_a_setting_no_run_has(tmp_path):
+    for seed, reward in ((1, "replay"), (2, "model")):
+        write_summary(
+            tmp_path / "grid" / f"s{seed}", "td3_huber", "PointMass-v0", seed, [10, 20], [0.0, 1.0], dyna_reward=reward
+        )
+    result = run_tool("aggregate.py", "grid", "--out", "out", "--split-by", "dyna-reward", *FAST, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    groups = sorted(row["script"] for row in read_csv(tmp_path / "out" / "table.csv"))
+    assert groups == ["td3_huber[dyna_reward=model]", "td3_huber[dyna_reward=replay]"]
+    result = run_tool("aggregate.py", "grid", "--out", "out2", "--split-by", "dyna-rewrd", *FAST, cwd=tmp_path)
+    assert result.returncode == 1
+    assert stderr_lines(result) == [
+        "aggregate.py: error: --split-by dyna_rewrd: no run has that setting (names as in summary.json's args, "
+        "e.g. dyna_reward)"
+    ]
+
+
+def test_until_step_before_every_first_evaluation_says_so(tmp_path):
+    good_grid(tmp_path / "grid")  # evaluations at steps 10 and 20
+    result = run_tool("aggregate.py", "grid", "--out", "out", "--until-step", "5", *FAST, cwd=tmp_path)
+    assert result.returncode == 1
+    [line] = stderr_lines(result)
+    assert line.startswith("aggregate.py: error: no run has an evaluation at or before --until-step 5 (the first run's: ")
+    assert line.endswith("summary.json, first evaluation at step 10)") and "not a run summary" not in line
+    write_summary(tmp_path / "grid" / "early", "td3_huber", "PointMass-v0", 4, [5, 20], [1.0, 2.0])
+    result = run_tool("aggregate.py", "grid", "--out", "out", "--until-step", "5", *FAST, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert stderr_lines(result) == [
+        "aggregate.py: warning: 3 run(s) without an evaluation at or before --until-step 5 left out"
+    ]
