@@ -329,7 +329,7 @@ def test_until_step_reads_every_run_at_one_horizon(tmp_path):
     assert aggregate.load_runs(str(tmp_path / "long"))[0]["nauc"] == 4.0
     result = run_tool("aggregate.py", str(tmp_path), "--until-step", "2000", "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "no evaluation at or before step 2000" in result.stderr
+    assert "1 run(s) without an evaluation at or before --until-step 2000 left out" in result.stderr
     rows = read_csv(tmp_path / "out" / "runs.csv")
     assert [(row["seed"], float(row["final_eval_return"]), float(row["nauc"])) for row in rows] == [("1", 2.0, 1.5)]
     refused = run_tool("aggregate.py", str(tmp_path), "--until-step", "0", cwd=tmp_path)
