@@ -603,9 +603,9 @@ def main(args: Args) -> None:
                     losses["qf_loss"] = batch["qf_loss"]
                     if run.num_critic_updates % args.policy_frequency == 0:
                         losses["actor_loss"] = update_actor(batch["obs"])
-                run.check_finite(losses, global_step)
                 if global_step % 100 == 0:
                     log_update(run.writer, args, batch, losses, global_step)
+            run.check_finite(losses, global_step)  # the world model's warm-up steps too
             run.log_speed(global_step)
 
             if monitor_contraction and global_step >= args.learning_starts and global_step % args.contraction_frequency == 0:

@@ -213,9 +213,10 @@ class Run:
             self.writer.add_scalar("charts/episodic_length", info["episode"]["l"], step)
 
     def check_finite(self, losses: dict[str, torch.Tensor], step: int) -> None:
-        """Stop at a non-finite loss, checked every 100 steps and at the last (the loop's one host sync), saving the
-        state to nonfinite_checkpoint.pt for inspection."""
-        checked = step % 100 == 0 or step + 1 == self.args.total_timesteps
+        """Stop at a non-finite loss (the world model's from its first step, the critic's and actor's once learning
+        starts), checked every 100 steps and at the last (the loop's one host sync), saving the state to
+        nonfinite_checkpoint.pt for inspection."""
+        checked = bool(losses) and (step % 100 == 0 or step + 1 == self.args.total_timesteps)
         if checked and not torch.isfinite(torch.stack(list(losses.values()))).all():
             bad = ", ".join(f"{name}={value.item()}" for name, value in losses.items())
             path = os.path.join(self.run_dir, "nonfinite_checkpoint.pt")

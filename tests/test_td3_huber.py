@@ -416,3 +416,15 @@ def test_non_finite_loss_stops_with_a_checkpoint(tmp_path):
     assert "non-finite loss at step" in lines[-1] and "Traceback" not in result.stderr
     state = torch.load(only_run_dir(tmp_path) / "nonfinite_checkpoint.pt", weights_only=True)
     assert state["global_step"] > 200
+
+
+def test_a_world_model_that_diverges_in_the_warm_up_stops_the_run_there(tmp_path):
+    """The finite check covers the world model's steps before learning starts: a NaN there stops the run at the
+    first check (step 100), not only once the critic starts learning (step 400 here)."""
+    flags = ("--env-id", "PointMass-v0", "--total-timesteps", "500", "--wm-learning-rate", "1e30", *TINY)
+    result = run_script("td3_huber.py", *flags, "--learning-starts", "400", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    [line] = error_lines(result)
+    assert "non-finite loss at step 100 " in line and "world_model_loss=nan" in line
+    state = torch.load(only_run_dir(tmp_path) / "nonfinite_checkpoint.pt", weights_only=True)
+    assert state["global_step"] == 101
