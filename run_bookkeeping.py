@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import asdict
@@ -27,6 +28,10 @@ import torch
 import torch.nn as nn
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
+
+# The MuJoCo v4 ids are chosen on purpose (README, "Reproducing the paper": v4 keeps the paper's v2 tasks, v5 changes
+# them), so gymnasium's "out of date, consider upgrading to v5" is said there once, not printed by every run.
+warnings.filterwarnings("ignore", message=r".*The environment \S+-v4 is out of date", category=DeprecationWarning)
 
 
 def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -> None:
