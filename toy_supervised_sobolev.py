@@ -671,6 +671,8 @@ def main(args: Args) -> dict:
         fail(problem, status=2)
     run_name = f"{args.exp_name}__{args.seed}__{int(time.time())}"
     out_dir = Path(args.out_dir) if args.out_dir is not None else Path("runs") / run_name
+    if out_dir.is_dir() and any(out_dir.iterdir()):  # a run's summary, logs and figures are never overwritten
+        fail(f"--out-dir {out_dir} is not empty (an earlier run's outputs?): give a new folder, or empty it first")
     problem = writable_folder_problem(out_dir)
     if problem is not None:
         fail(problem)

@@ -264,6 +264,23 @@ def test_unwritable_output_folder_is_one_line_before_any_work(tmp_path, capsys):
     assert lines == [f"toy_supervised_sobolev.py: error: cannot write to the output folder {out_dir} (Not a directory)"]
 
 
+def test_an_output_folder_that_holds_a_run_is_refused_and_left_intact(tmp_path, capsys):
+    """A second run into the first one's --out-dir would overwrite its summary.json and mix its TensorBoard curves."""
+    out_dir = tmp_path / "out"
+    (out_dir / "unlimited" / "mmd").mkdir(parents=True)
+    (out_dir / "summary.json").write_text('{"first": "run"}')
+    with pytest.raises(SystemExit) as exit_info:
+        tss.main(tiny_args(out_dir, num_workers=1, seed=7))
+    assert exit_info.value.code == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        f"toy_supervised_sobolev.py: error: --out-dir {out_dir} is not empty (an earlier run's outputs?): give a new "
+        "folder, or empty it first"
+    ]
+    assert (out_dir / "summary.json").read_text() == '{"first": "run"}'
+    assert sorted(p.name for p in out_dir.rglob("*")) == ["mmd", "summary.json", "unlimited"]
+
+
 def start_and_wait_for_training(command: list[str], cwd: Path, **popen_kwargs) -> subprocess.Popen:
     """Start the script and return once its progress bar shows trained steps (read from its stderr as it comes)."""
     process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen_kwargs)
