@@ -14,8 +14,9 @@ RL_SCRIPTS = ("td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mmd
 
 
 def load_benchmark(name: str):
-    """benchmarks/<name>.py as a module (the benchmarks folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    """benchmarks/<name>.py as a module (the benchmarks folder is not a package); name may hold a subfolder, e.g.
+    "investigations/dyna_flag_probe"."""
+    spec = importlib.util.spec_from_file_location(Path(name).name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

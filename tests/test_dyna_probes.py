@@ -1,6 +1,6 @@
-"""The point-mass Dyna probes: benchmarks/dyna_oracle_flags.py (TD3 targets whose next states carry the real memory
-flags) against a target computed by hand, and benchmarks/dyna_flag_probe.py against world models whose errors are
-known (exact, or never flipping a flag) on a hand-built buffer."""
+"""The point-mass Dyna probes: benchmarks/investigations/dyna_oracle_flags.py (TD3 targets whose next states carry the
+real memory flags) against a target computed by hand, and benchmarks/investigations/dyna_flag_probe.py against world
+models whose errors are known (exact, or never flipping a flag) on a hand-built buffer."""
 
 import sys
 
@@ -12,8 +12,8 @@ sys.path.insert(0, str(ROOT))
 import replay_buffer  # noqa: E402
 import td3_huber  # noqa: E402
 
-oracle = load_benchmark("dyna_oracle_flags")
-probe = load_benchmark("dyna_flag_probe")
+oracle = load_benchmark("investigations/dyna_oracle_flags")
+probe = load_benchmark("investigations/dyna_flag_probe")
 OBS_DIM, ACT_DIM, M = 7, 2, 3  # position, velocity, 3 flags
 
 

@@ -69,10 +69,11 @@ def test_dsdpg_critic_update_stays_at_its_arithmetic_floor(sobolev):
 
 
 def test_op_count_counts_an_iteration_by_difference(tmp_path):
-    """benchmarks/op_count.py: an iteration with two critic updates has more operations, bytes and FLOPs than one with
-    one (each counted by the difference of two runs)."""
+    """benchmarks/investigations/op_count.py: an iteration with two critic updates has more operations, bytes and FLOPs
+    than one with one (each counted by the difference of two runs)."""
     result = run_script(
-        *"benchmarks/op_count.py --env-id PointMass-v0 --learning-starts 40 --iterations 2 --scripts td3_huber".split(),
+        "benchmarks/investigations/op_count.py",
+        *"--env-id PointMass-v0 --learning-starts 40 --iterations 2 --scripts td3_huber".split(),
         *"td3_huber@updates_per_step=2 --script-flags updates_per_step=1 hidden_dim=8 wm_hidden_dim=8 batch_size=16".split(),
         cwd=tmp_path,
     )

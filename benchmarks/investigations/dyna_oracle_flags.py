@@ -5,13 +5,14 @@ change patched in from outside (the script is not edited), then its own `main`:
     flags are the replay row's real ones (the coordinates 4: of s'). Reward and termination as the script's
     --dyna-reward says (the default `replay`: the row's r with its d).
 
-Where the flags are the only part of s'^ the model gets wrong (benchmarks/dyna_flag_probe.py), this run sits between
-TD3 with Dyna (model s'^) and TD3 --no-dyna (real s'). The run's --exp-name is td3_huber_oracle_flags unless given.
+Where the flags are the only part of s'^ the model gets wrong (benchmarks/investigations/dyna_flag_probe.py), this run
+sits between TD3 with Dyna (model s'^) and TD3 --no-dyna (real s'). The run's --exp-name is td3_huber_oracle_flags unless
+given.
 
-Usage (the toy grid's flags, benchmarks/toy_rl5.sh):
-    OMP_NUM_THREADS=1 python benchmarks/dyna_oracle_flags.py --env-id PointMass-v0 --seed 1 --total-timesteps 15000 \\
-        --learning-starts 1000 --hidden-dim 64 --wm-hidden-dim 64 --batch-size 64 --updates-per-step 2 \\
-        --learning-rate 1e-3 --wm-learning-rate 1e-3 --eval-frequency 1000 --eval-episodes 20
+Usage (the toy grid's flags, benchmarks/toy_rl5/toy_rl5.sh):
+    OMP_NUM_THREADS=1 python benchmarks/investigations/dyna_oracle_flags.py --env-id PointMass-v0 --seed 1 \\
+        --total-timesteps 15000 --learning-starts 1000 --hidden-dim 64 --wm-hidden-dim 64 --batch-size 64 \\
+        --updates-per-step 2 --learning-rate 1e-3 --wm-learning-rate 1e-3 --eval-frequency 1000 --eval-episodes 20
 """
 
 import os
@@ -20,7 +21,7 @@ import sys
 import torch
 import tyro
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 import replay_buffer  # noqa: E402
 import td3_huber  # noqa: E402

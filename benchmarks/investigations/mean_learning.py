@@ -46,9 +46,9 @@ curve) and <problem>.png (mean error, and gradient error, against updates; mean 
 region < 1 writes bonus_region<r>.json and .png.
 
 Usage (each about 10 min on one core):
-    OMP_NUM_THREADS=1 python benchmarks/mean_learning.py                   # problem smooth, all variants, seeds 1-2
-    OMP_NUM_THREADS=1 python benchmarks/mean_learning.py --problem bonus --variants joint msmmd_adam return_only \
-        huber_mean mse_mean joint_gscale0.1 joint_gscale10 joint_h1
+    OMP_NUM_THREADS=1 python benchmarks/investigations/mean_learning.py      # problem smooth, all variants, seeds 1-2
+    OMP_NUM_THREADS=1 python benchmarks/investigations/mean_learning.py --problem bonus --variants joint msmmd_adam \
+        return_only huber_mean mse_mean joint_gscale0.1 joint_gscale10 joint_h1
 """
 
 import json
@@ -62,7 +62,7 @@ import torch
 import torch.nn.functional as F
 import tyro
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from dsdpg_msmmd_sobolev import Critic, max_sliced_mmd2, mmd2, sobolev_samples, truncate_top  # noqa: E402
 
@@ -130,7 +130,7 @@ class Args:
     bonus_region: float = 1.0
     """fraction of the pairs that can be bonus rows (those with s_0 > 1 - 2 x this): 1 = all; small = rare informative
     rows among many uninformative ones, as in the point mass's replay buffer (a location is touched in few rows)"""
-    out: str = os.path.join(ROOT, "benchmarks", "mean_learning")
+    out: str = os.path.join(ROOT, "benchmarks", "investigations", "mean_learning")
     threads: int = 1
 
 

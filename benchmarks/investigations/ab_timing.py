@@ -6,7 +6,7 @@ An iteration's time is measured as in timing.py: the script's main() to --learni
 
 Usage:
     git worktree add /tmp/before 4d3c251
-    OMP_NUM_THREADS=1 python benchmarks/ab_timing.py /tmp/before --script dsdpg_mmd_sobolev --env-id Hopper-v4
+    OMP_NUM_THREADS=1 python benchmarks/investigations/ab_timing.py /tmp/before --script dsdpg_mmd_sobolev --env-id Hopper-v4
 """
 
 import importlib.util
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import tyro
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import timing  # noqa: E402
 
 

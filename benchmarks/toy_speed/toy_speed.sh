@@ -3,10 +3,10 @@
 # critic updates per step, the toy grid's sizes, TQC 5 % for DSDPG; one thread, one process at a time, eager and
 # --compile interleaved round by round. Every --compile run starts with an empty inductor cache, so its compile time is
 # counted as a new user's first run would pay it. Appends "round,script,mode,seconds" to benchmarks/toy_speed/runs.csv.
-#   taskset -c 0 bash benchmarks/toy_speed.sh [ROUNDS] [SCRIPT...]
+#   taskset -c 0 bash benchmarks/toy_speed/toy_speed.sh [ROUNDS] [SCRIPT...]
 set -euo pipefail
-cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,6p' "$0" | cut -c3-; exit 0; fi
+cd "$(dirname "$0")/../.."
 ROUNDS=${1:-2}
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "toy_speed.sh: error: ROUNDS must be a positive integer (got '$ROUNDS')" >&2; exit 1; }
 shift || true

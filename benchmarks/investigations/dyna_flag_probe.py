@@ -15,7 +15,8 @@ For each row it draws 10 next states s'^ from the world model, as a Dyna target 
   the smoothing noise, and its mean sign (bias).
 
 Usage:
-    python benchmarks/dyna_flag_probe.py benchmarks/toy_rl5/grid --out benchmarks/toy_rl5/dyna_flag_probe.md
+    python benchmarks/investigations/dyna_flag_probe.py benchmarks/toy_rl5/grid \
+        --out benchmarks/investigations/dyna_flags/dyna_flag_probe.md
 """
 
 import argparse
@@ -25,7 +26,7 @@ import sys
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 import mage_huber_sobolev  # noqa: E402
 import td3_huber  # noqa: E402

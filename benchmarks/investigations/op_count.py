@@ -5,8 +5,9 @@ count over 5 iterations.
 An operation is one aten call; bytes written are the sizes of the outputs of those that are not views. The evaluation
 at each run's end is skipped: its episodes' lengths depend on the policy, so it would not cancel in the difference.
 
-Usage (the toy sizes of benchmarks/README, "Toy-size speed"):
-    python benchmarks/op_count.py --env-id PointMass5-v0 --scripts mage_huber_sobolev dsdpg_mmd_sobolev@truncation=5 \
+Usage (the toy sizes of benchmarks/toy_speed/README.md):
+    python benchmarks/investigations/op_count.py --env-id PointMass5-v0 \
+        --scripts mage_huber_sobolev dsdpg_mmd_sobolev@truncation=5 \
         --script-flags hidden_dim=64 wm_hidden_dim=64 batch_size=64 updates_per_step=2 learning_rate=0.001
 """
 
@@ -20,7 +21,7 @@ import tyro
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import timing  # noqa: E402
 
 sys.path.insert(0, timing.ROOT)

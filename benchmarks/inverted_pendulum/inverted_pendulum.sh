@@ -4,10 +4,12 @@
 # --dyna-reward modes, seeds 1 and 2: 12 runs. Sizes for this 2-core CPU (a DSDPG run ~25 min on one core): 2 x 64
 # networks and world model, batch 64, lr 1e-3, 2 critic updates per env step (the paper: 400 wide, batch 256, 10),
 # 20 000 steps, evaluation every 1 000 steps over 10 episodes. Resumable: re-run the same command.
-#   bash benchmarks/inverted_pendulum.sh
+#   bash benchmarks/inverted_pendulum/inverted_pendulum.sh [GRID_DIR]      (default benchmarks/inverted_pendulum/grid)
 #   python benchmarks/aggregate.py benchmarks/inverted_pendulum/grid --out benchmarks/inverted_pendulum
 set -euo pipefail
-cd "$(dirname "$0")/.."
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,8p' "$0" | cut -c3-; exit 0; fi
+cd "$(dirname "$0")/../.."
+[[ "${1:-}" != -* ]] || { echo "inverted_pendulum.sh: error: unknown option $1 (the one argument is GRID_DIR)" >&2; exit 1; }
 GRID_DIR=${1:-benchmarks/inverted_pendulum/grid}
 WORKERS=${WORKERS:-2}
 python benchmarks/run_grid.py --scripts dsdpg_msmmd_sobolev mage_huber_sobolev td3_huber --env-ids InvertedPendulum-v4 \

@@ -4,16 +4,18 @@
 # replay`), plus `td3_huber --no-dyna` and DSDPG-MSMMD with the paper's plain-ascent slicing (`--slice-optimizer
 # ascent`), each method under its own --exp-name, 5 seeds (the paper's count): 80 runs. Then the default itself tested:
 # TD3 (Dyna) and MAGE with the paper-literal `--dyna-reward model` (20 more runs).
-# Sizes: those of benchmarks/toy_rl.sh (actor and critics 2 x 64, cVAE 3 x 64, batch 64, lr 1e-3, 15 000 steps, eval
-# every 1 000 over 20 episodes, TQC 5 %) with 2 critic updates per env step instead of 1: the paper's 10 would cost
-# ~10 x the 1-update grid's 3.7 CPU-hours per 36 runs; 2 kept all 100 runs at 14.8 CPU-hours (measured; about 7.5
-# hours of this 2-core machine).
+# Sizes: those of benchmarks/archive/toy_rl/toy_rl.sh (actor and critics 2 x 64, cVAE 3 x 64, batch 64, lr 1e-3,
+# 15 000 steps, eval every 1 000 over 20 episodes, TQC 5 %) with 2 critic updates per env step instead of 1: the
+# paper's 10 would cost ~10 x the 1-update grid's 3.7 CPU-hours per 36 runs; 2 kept all 100 runs at 14.8 CPU-hours
+# (measured; about 7.5 hours of this 2-core machine).
 # The cheap methods run first, DSDPG last. Resumable: re-run the same command to finish; finished runs' summary.json
 # files are committed under the grid folder as they come.
-#   bash benchmarks/toy_rl5.sh                       (grid in benchmarks/toy_rl5/grid)
+#   bash benchmarks/toy_rl5/toy_rl5.sh [GRID_DIR]    (default benchmarks/toy_rl5/grid)
 #   python benchmarks/aggregate.py benchmarks/toy_rl5/grid --out benchmarks/toy_rl5
 set -euo pipefail
-cd "$(dirname "$0")/.."
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,14p' "$0" | cut -c3-; exit 0; fi
+cd "$(dirname "$0")/../.."
+[[ "${1:-}" != -* ]] || { echo "toy_rl5.sh: error: unknown option $1 (the one argument is GRID_DIR)" >&2; exit 1; }
 GRID_DIR=${1:-benchmarks/toy_rl5/grid}
 WORKERS=${WORKERS:-2}
 COMMON="--total-timesteps 15000 --learning-starts 1000 --hidden-dim 64 --wm-hidden-dim 64 --batch-size 64 \

@@ -16,7 +16,7 @@ Patches (--patch, before the script's flags):
     none        the script unchanged
 
 Usage (the README's toy-grid flags):
-    OMP_NUM_THREADS=1 python benchmarks/mean_learning_rl.py --patch gscale0.1 -- \\
+    OMP_NUM_THREADS=1 python benchmarks/investigations/mean_learning_rl.py --patch gscale0.1 -- \\
         --env-id PointMass-v0 --truncation 5 --total-timesteps 8000 --learning-starts 1000 --hidden-dim 64 \\
         --wm-hidden-dim 64 --batch-size 64 --updates-per-step 1 --learning-rate 1e-3 --wm-learning-rate 1e-3 \\
         --eval-frequency 1000 --eval-episodes 20
@@ -30,7 +30,7 @@ import sys
 import torch
 import tyro
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 import dsdpg_msmmd_sobolev as script  # noqa: E402
 import td3_huber  # noqa: E402

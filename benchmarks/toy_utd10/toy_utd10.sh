@@ -5,13 +5,13 @@
 # with plain ascent (its Algorithm 1), DSDPG-MMD, MAGE, TD3 with Dyna and TD3 --no-dyna, each under its own --exp-name:
 # 30 runs, all from one commit (run this file from a worktree of it; GRID_DIR may point elsewhere). DSDPG-MSMMD runs
 # with --compile (its search's fused steps: the same numbers to float rounding, 3 x faster at these sizes;
-# benchmarks/README, "Toy-size speed"); for the others --compile gains nothing. Resumable: re-run the same command to
+# benchmarks/toy_speed/README.md); for the others --compile gains nothing. Resumable: re-run the same command to
 # finish; finished runs' summary.json files are committed under the grid folder as they come.
-#   bash benchmarks/toy_utd10.sh [GRID_DIR]          (default benchmarks/toy_utd10/grid)
+#   bash benchmarks/toy_utd10/toy_utd10.sh [GRID_DIR]          (default benchmarks/toy_utd10/grid)
 #   python benchmarks/aggregate.py benchmarks/toy_utd10/grid --out benchmarks/toy_utd10
 set -euo pipefail
-cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,11p' "$0" | cut -c3-; exit 0; fi
+cd "$(dirname "$0")/../.."
 [[ "${1:-}" != -* ]] || { echo "toy_utd10.sh: error: unknown option $1 (the one argument is GRID_DIR)" >&2; exit 1; }
 GRID_DIR=${1:-benchmarks/toy_utd10/grid}
 WORKERS=${WORKERS:-2}
