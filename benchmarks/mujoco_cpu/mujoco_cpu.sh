@@ -2,17 +2,17 @@
 # DSDPG on MuJoCo at a size a 2-core CPU runs (issue 35): Hopper-v4 and Walker2d-v4 with multiplicative observation
 # noise (--obs-noise mult), the README's main setting. Hopper: TD3 --no-dyna, TD3 (Dyna), MAGE, DSDPG-MMD, DSDPG-MSMMD,
 # seeds 1-3; Walker2d: TD3 --no-dyna, MAGE, DSDPG-MSMMD, seeds 1-2. The CPU-scale settings (chosen by the pilot,
-# benchmarks/mujoco_cpu/README.md): actor and critics 2 x 128, cVAE 3 x 256, batch 64, lr 3e-4 (world model too),
+# README.md beside this file): actor and critics 2 x 128, cVAE 3 x 256, batch 64, lr 3e-4 (world model too),
 # UPDATES critic updates per env step over STEPS env steps (5 000 random), eval every 10 000 steps over 10 episodes;
 # everything else the paper's (TQC 25 %, N = 10, h = 100, the Adam slicing search). 21 runs from one commit (run this
 # file from a worktree of it; GRID_DIR may point elsewhere), in two lanes of one worker and one thread each, the costly
 # runs balanced between them. Resumable: re-run the same command; an interrupted run resumes from its last checkpoint
 # (every 10 000 steps, and on SIGINT/SIGTERM to run_grid.py). Then:
-#   bash benchmarks/mujoco_cpu.sh [GRID_DIR]          (default benchmarks/mujoco_cpu/grid)
+#   bash benchmarks/mujoco_cpu/mujoco_cpu.sh [GRID_DIR]          (default benchmarks/mujoco_cpu/grid)
 #   python benchmarks/aggregate.py benchmarks/mujoco_cpu/grid --out benchmarks/mujoco_cpu
 set -euo pipefail
-cd "$(dirname "$0")/.."
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,13p' "$0" | cut -c3-; exit 0; fi
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,12p' "$0" | cut -c3-; exit 0; fi
+cd "$(dirname "$0")/../.."
 [[ "${1:-}" != -* ]] || { echo "mujoco_cpu.sh: error: unknown option $1 (the one argument is GRID_DIR)" >&2; exit 1; }
 GRID_DIR=${1:-benchmarks/mujoco_cpu/grid}
 STEPS=200000
