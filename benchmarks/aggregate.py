@@ -87,9 +87,11 @@ METHODS = {  # exp_name -> the paper's name of the method and its colour, the sa
     "dsdpg_mmd_sobolev": ("DSDPG-MMD", "tab:green"),
     "dsdpg_msmmd_sobolev": ("DSDPG-MSMMD", "tab:red"),
     "dsdpg_msmmd_sobolev_ascent": ("DSDPG-MSMMD (ascent)", "tab:purple"),
+    "td3_huber_model_reward": ("TD3 (Dyna), model reward", "tab:pink"),
+    "mage_huber_sobolev_model_reward": ("MAGE, model reward", "tab:blue"),
 }
 SCRIPT_ORDER = tuple(METHODS)  # tables and figures list the methods in this order, then the others alphabetically
-OTHER_COLOURS = ("tab:blue", "tab:pink", "black", "gold", "navy", "lime", "teal", "crimson")
+OTHER_COLOURS = ("black", "gold", "navy", "lime", "teal", "crimson")
 DEFAULT_OBS_NOISE_SCALE = 0.2
 IGNORED_SETTINGS = ("seed", "resume", "cuda")
 """Args that may differ between the seeds of one group"""
