@@ -440,26 +440,45 @@ def figure(envs: list[str], noises: list[str]):
     return fig, axes
 
 
-def method_name(script: str) -> str:
-    """The paper's name of a group's method (exp_name, with any --split-by values after it), else the exp_name."""
+def method_of(script: str) -> tuple[str | None, str]:
+    """(the METHODS key a group belongs to, or None; the rest of its name): an exp_name that is a known one plus a
+    suffix (dsdpg_mmd_sobolev_utd2) or plus --split-by values (td3_huber[dyna_reward=model]) is a variant of it."""
     base, bracket, split = script.partition("[")
-    return METHODS[base][0] + (f" [{split}" if bracket else "") if base in METHODS else script
+    rest = f"[{split}" if bracket else ""
+    if base in METHODS:
+        return base, rest
+    known = [key for key in METHODS if base.startswith(key + "_")]
+    if not known:
+        return None, script
+    key = max(known, key=len)
+    return key, (base[len(key) + 1 :] + (" " + rest if rest else "")).strip()
+
+
+def method_name(script: str) -> str:
+    """The paper's name of a group's method, its variant after it (a suffix in brackets, --split-by values as
+    given), else the exp_name."""
+    key, rest = method_of(script)
+    if key is None:
+        return script
+    if not rest or rest.startswith("["):
+        return f"{METHODS[key][0]} {rest}".strip()
+    return f"{METHODS[key][0]} ({rest})"
 
 
 def colour(scripts: list[str], script: str):
-    """A known method's own colour (the same in every figure; a --split-by group gets its method's colour with a
-    line style of its own), else one of OTHER_COLOURS by the order of the unknown names."""
-    base = script.split("[")[0]
-    if base in METHODS:
-        return METHODS[base][1]
-    unknown = [name for name in dict.fromkeys(s.split("[")[0] for s in scripts) if name not in METHODS]
-    return OTHER_COLOURS[unknown.index(base) % len(OTHER_COLOURS)]
+    """A known method's own colour (the same in every figure; its variants get it too, with line styles of their
+    own), else one of OTHER_COLOURS by the order of the unknown names."""
+    key, _ = method_of(script)
+    if key is not None:
+        return METHODS[key][1]
+    unknown = [name for name in scripts if method_of(name)[0] is None]
+    return OTHER_COLOURS[unknown.index(script) % len(OTHER_COLOURS)]
 
 
 def line_style(scripts: list[str], script: str) -> str:
-    """Solid, then dashed, dotted, ... for the groups that share a method's colour (--split-by)."""
-    base = script.split("[")[0]
-    siblings = [name for name in scripts if name.split("[")[0] == base]
+    """Solid, then dashed, dotted, ... for the groups that share a method's colour (its variants)."""
+    key = method_of(script)[0]
+    siblings = [name for name in scripts if method_of(name)[0] == key] if key is not None else [script]
     return ("-", "--", ":", "-.")[siblings.index(script) % 4]
 
 
@@ -470,7 +489,9 @@ def figure_legend(fig, axes) -> None:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
     if handles:
-        columns = min(len(handles), 2 * axes.shape[1])  # two labels per panel's width
+        per_panel = 2 if max(len(label) for label in handles) <= 24 else 1  # labels side by side per panel's width
+        columns = min(len(handles), per_panel * axes.shape[1])
+        fig.set_figheight(fig.get_figheight() + 0.2 * math.ceil(len(handles) / columns))  # room below, panels kept
         fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=columns, fontsize=8)
 
 
