@@ -477,6 +477,9 @@ def count_flops(_: CountFlops) -> None:
     keys = {f"{script} {CALIBRATION_ENV}" for script in H100_SECONDS_PER_1000}
     keys |= {job_cost_key(job) for name in EXPERIMENTS for job in experiment_jobs(name, launch)}
     missing = sorted(keys - set(table))
+    if not missing:
+        print(f"nothing to count: {FLOPS_PATH} holds all {len(keys)} FLOP counts the experiments need")
+        return
     torch.set_num_threads(2)
     for i, key in enumerate(missing):
         script, env_id, *tokens = key.split(" ")

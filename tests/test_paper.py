@@ -162,3 +162,10 @@ def test_bad_input_is_one_line(tmp_path):
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr and "figure-9" in unknown.stderr
     workers = paper_tool("run", "toy-rl", "--workers", "0", cwd=tmp_path)
     assert workers.returncode == 1 and workers.stderr.strip() == "paper.py: error: --workers must be >= 1"
+
+
+def test_count_flops_with_nothing_missing_says_so(capsys):
+    """The committed table holds every count the experiments need, so count-flops counts nothing and says so."""
+    paper.count_flops(paper.CountFlops())
+    [line] = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith("nothing to count: ") and line.endswith("FLOP counts the experiments need")
