@@ -289,7 +289,7 @@ class RunJob:
         if self.under_submitit:  # the main thread of a submitit job
             unignore_sigint()
         os.makedirs(job.job_dir, exist_ok=True)
-        record = {"job": job.name, "cwd": job.job_dir}
+        record = {"job": job.name, "cwd": job.job_dir, "threads": job.threads}
         lock = open(os.path.join(job.job_dir, "job.lock"), "w")
         try:
             try:
@@ -480,6 +480,7 @@ def run_submitit(jobs: list[Job], args: Launch) -> tuple[list[dict], bool]:
                         {
                             "job": job.name,
                             "cwd": job.job_dir,
+                            "threads": job.threads,
                             "status": "failed",
                             "command": shlex.join(job.command),
                             "stderr_tail": f"submitit job {submitted.job_id}: {reason} (logs in {folder})",
@@ -564,7 +565,8 @@ def launch(jobs: list[Job], options: Launch) -> int:
     )
     for record in records:
         if record["status"] == "failed":
-            print(f"FAILED: cd {shlex.quote(record['cwd'])} && {record['command']}")
+            threads = f"OMP_NUM_THREADS={record['threads']} " if "threads" in record else ""  # as --dry-run shows it
+            print(f"FAILED: cd {shlex.quote(record['cwd'])} && {threads}{record['command']}")
             for line in record["stderr_tail"].splitlines():
                 print(f"    {line}")
         elif record["status"] == "busy":

@@ -276,6 +276,8 @@ def test_failed_job_is_reported(tmp_path):
     result = grid("--flag-sets", "--gamma 5", cwd=tmp_path, seeds=("1",))
     assert result.returncode == 1
     assert "1 failed" in result.stdout and "FAILED" in result.stdout and "--gamma must be in [0, 1]" in result.stdout
+    [failed] = [line for line in result.stdout.splitlines() if line.startswith("FAILED: ")]
+    assert " && OMP_NUM_THREADS=" in failed and failed.endswith("--gamma 5")  # the command --dry-run shows, to paste
     (record,) = log_lines(tmp_path)
     assert record["status"] == "failed" and record["returncode"] == 1 and record["command"].endswith("--gamma 5")
     assert "gamma_5" in record["cwd"]
