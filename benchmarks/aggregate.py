@@ -659,17 +659,16 @@ def main(args: Args) -> None:
         fail("--until-step must be >= 1")
     split_by = [name.replace("-", "_") for name in args.split_by]  # as the flag is spelled, or as args holds it
     runs = load_runs(args.runs_dir, split_by, args.strict, args.until_step)
-    for name in split_by:
-        if runs and not any(name in run["args"] for run in runs):
-            fail(f"--split-by {name}: no run has that setting (names as in summary.json's args, e.g. dyna_reward)")
+    stopped = stopped_runs(args.runs_dir)
     if not runs:
-        stopped = stopped_runs(args.runs_dir)
         if stopped:
             fail(f"no summary.json under {args.runs_dir!r}; stopped on a non-finite loss: {', '.join(stopped)}")
         fail(f"no summary.json under {args.runs_dir!r}")
+    for name in split_by:
+        if not any(name in run["args"] for run in runs):
+            fail(f"--split-by {name}: no run has that setting (names as in summary.json's args, e.g. dyna_reward)")
     out = args.out if args.out is not None else os.path.join(args.runs_dir, "aggregate")
     groups, table = aggregate(runs, out, args.bootstrap_samples, args.seed)
-    stopped = stopped_runs(args.runs_dir)
     if stopped:
         note = f"\nStopped on a non-finite loss, not in the table ({len(stopped)}): " + ", ".join(stopped) + "\n"
         for run_dir in stopped:
