@@ -21,6 +21,9 @@ Writes to --out (default RUNS_DIR/aggregate):
     curves.png        one panel per (env, noise): median eval return against env steps per script, 25-75% band
     performance_profile.png  one panel per (env, noise): per script, the fraction of its runs whose final return
                       exceeds tau, against tau, with a 95% CI band
+    trend.png         only when the runs cover two or more point masses PointMass<M>-v0: the mean final return and
+                      the mean nAUC against M, one line per script (and noise) with its 95% CI band; a script run at
+                      one M only is a point with its CI
 
 Choices:
     * script = `args.exp_name` of the run (the script's name unless the run set --exp-name), env = `args.env_id`,
@@ -63,6 +66,7 @@ import csv
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from collections import defaultdict
@@ -100,6 +104,8 @@ STATISTICS = {"median": "median", "iqm": "IQM", "mean": "mean"}
 METRICS = {"final_eval_return": "final return", "nauc": "nAUC"}
 NONFINITE = "nonfinite_checkpoint.pt"  # what a run that stopped on a non-finite loss leaves instead of summary.json
 OUTPUTS = ("runs.csv", "table.csv", "table.md", "final_return.png", "nauc.png", "curves.png", "performance_profile.png")
+TREND = "trend.png"  # written besides OUTPUTS when the runs cover two or more point masses
+POINT_MASS = re.compile(r"PointMass(\d+)-v0")  # the point mass with M bonus locations (PointMass-v0 is M = 3 too)
 
 
 @dataclass
@@ -600,6 +606,47 @@ def plot_performance_profiles(path: str, groups: dict, n_boot: int, seed: int) -
     plt.close(fig)
 
 
+def plot_trend(path: str, groups: dict, rows: list[dict]) -> bool:
+    """The mean final return and mean nAUC against the point mass's M (PointMass<M>-v0), one line per (script, noise)
+    with its 95% CI band (a script at one M: a point with its CI as error bar). Draws nothing and returns False unless
+    the runs cover two or more M."""
+    trend_rows = [row for row in rows if POINT_MASS.fullmatch(row["env"])]
+    if len({row["env"] for row in trend_rows}) < 2:
+        return False
+    _, noises, scripts = panels(groups)
+    fig, axes = plt.subplots(1, 2, figsize=(8.2, 3.6), squeeze=False, constrained_layout=True)
+    for j, (metric, label) in enumerate(METRICS.items()):
+        ax = axes[0, j]
+        for script in scripts:
+            for noise in noises:
+                line = sorted(
+                    (int(POINT_MASS.fullmatch(row["env"]).group(1)), row)
+                    for row in trend_rows
+                    if row["script"] == script and row["noise"] == noise
+                )
+                if not line:
+                    continue
+                m = np.array([point[0] for point in line])
+                mean, lo, hi = (np.array([point[1][c] for point in line]) for c in columns(metric, "mean"))
+                seeds = "/".join(str(point[1]["n_seeds"]) for point in line)
+                name = method_name(script) + ("" if noise == "none" else f", noise {noise}") + f" ({seeds})"
+                style = {"color": colour(scripts, script), "linestyle": line_style(scripts, script)}
+                if len(m) == 1:
+                    ax.errorbar(m, mean, yerr=[mean - lo, hi - mean], fmt="o", capsize=4, label=name, **style)
+                    continue
+                ax.plot(m, mean, marker="o", label=name, **style)
+                ax.fill_between(m, lo, hi, color=style["color"], alpha=0.12)
+        ax.set_xticks(sorted({int(POINT_MASS.fullmatch(row["env"]).group(1)) for row in trend_rows}))
+        ax.set_xlabel("bonus locations M (PointMass<M>-v0)", fontsize=8)
+        ax.set_ylabel(f"{label}, mean over seeds", fontsize=8)
+        ax.tick_params(labelsize=7)
+    figure_legend(fig, axes)
+    fig.suptitle("Final return and nAUC against M: mean over seeds (seeds per M), 95% stratified-bootstrap CI", fontsize=10)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def prepare_out(out: str) -> None:
     """Creates the output folder and checks, before the bootstrap, that the outputs can be written there: a probe file
     is created and removed (os.access would say yes to root on a read-only folder). One error line if not."""
@@ -615,14 +662,15 @@ def prepare_out(out: str) -> None:
             pass
     except OSError as error:
         fail(f"output folder {out!r} cannot be written ({error.strerror or error})")
-    for name in OUTPUTS:
+    for name in (*OUTPUTS, TREND):
         path = os.path.join(out, name)
         if os.path.lexists(path) and not (os.path.isfile(path) and os.access(path, os.W_OK)):
             fail(f"output folder {out!r} cannot be written: {path!r} exists and is not a writable file")
 
 
-def write_outputs(out: str, groups: dict, n_boot: int, seed: int) -> None:
-    """The bootstrap, then the tables and the figures of OUTPUTS, into `out`."""
+def write_outputs(out: str, groups: dict, n_boot: int, seed: int) -> list[str]:
+    """The bootstrap, then the tables and the figures of OUTPUTS (and TREND where it applies), into `out`: the names
+    written."""
     rows = summarise(groups, n_boot, seed)
     ordered_runs = [run for members in groups.values() for run in members]
     write_csv(
@@ -636,16 +684,18 @@ def write_outputs(out: str, groups: dict, n_boot: int, seed: int) -> None:
     plot_bars(os.path.join(out, "nauc.png"), groups, rows, "nauc", "nAUC")
     plot_curves(os.path.join(out, "curves.png"), groups)
     plot_performance_profiles(os.path.join(out, "performance_profile.png"), groups, n_boot, seed)
+    return [*OUTPUTS, TREND] if plot_trend(os.path.join(out, TREND), groups, rows) else list(OUTPUTS)
 
 
-def aggregate(runs: list[dict], out: str, n_boot: int, seed: int) -> tuple[dict, str]:
-    """The runs grouped, their outputs written to `out` (checked writable first): (the groups, table.md's text)."""
+def aggregate(runs: list[dict], out: str, n_boot: int, seed: int) -> tuple[dict, str, list[str]]:
+    """The runs grouped, their outputs written to `out` (checked writable first): (the groups, table.md's text, the
+    names written)."""
     prepare_out(out)
     groups = group_runs(runs)
     try:
-        write_outputs(out, groups, n_boot, seed)
+        written = write_outputs(out, groups, n_boot, seed)
         with open(os.path.join(out, "table.md")) as f:
-            return groups, f.read()
+            return groups, f.read(), written
     except OSError as error:
         fail(f"writing the outputs to {out!r} failed ({' '.join(str(error).splitlines())})")
 
@@ -668,7 +718,7 @@ def main(args: Args) -> None:
         if not any(name in run["args"] for run in runs):
             fail(f"--split-by {name}: no run has that setting (names as in summary.json's args, e.g. dyna_reward)")
     out = args.out if args.out is not None else os.path.join(args.runs_dir, "aggregate")
-    groups, table = aggregate(runs, out, args.bootstrap_samples, args.seed)
+    groups, table, written = aggregate(runs, out, args.bootstrap_samples, args.seed)
     if stopped:
         note = f"\nStopped on a non-finite loss, not in the table ({len(stopped)}): " + ", ".join(stopped) + "\n"
         for run_dir in stopped:
@@ -676,7 +726,7 @@ def main(args: Args) -> None:
         with open(os.path.join(out, "table.md"), "a") as f:
             f.write(note)
         table += note
-    print(f"{len(runs)} runs in {len(groups)} groups; wrote {', '.join(OUTPUTS)} to {out}")
+    print(f"{len(runs)} runs in {len(groups)} groups; wrote {', '.join(written)} to {out}")
     print(table, end="")
 
 

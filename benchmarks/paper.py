@@ -390,7 +390,7 @@ def aggregate_experiment(name: str, jobs: list[run_grid.Job], out: str, bootstra
     if not runs:
         print(f"{name}: no finished run to aggregate yet", file=sys.stderr)
         return
-    groups, table = aggregate.aggregate(runs, out, bootstrap_samples, 0)
+    groups, table, _ = aggregate.aggregate(runs, out, bootstrap_samples, 0)
     print(f"{name}: {len(runs)} of {len(jobs)} runs in {len(groups)} groups aggregated into {out}")
     print(table, end="")
 

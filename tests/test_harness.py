@@ -394,3 +394,43 @@ def test_figures_name_methods_as_the_paper_and_keep_one_colour_each():
     assert len({aggregate.colour(split, script) for script in split}) == 1
     assert [aggregate.line_style(split, script) for script in split] == ["-", "--"]
     assert len({name for name, _ in aggregate.METHODS.values()}) == len({c for _, c in aggregate.METHODS.values()})
+
+
+def test_trend_plots_the_tables_means_against_m(tmp_path, monkeypatch):
+    """With runs at two or more PointMass<M>-v0, trend.png draws each method's mean final return and nAUC at its M,
+    sorted by M, with the table's 95% CI as band (one M only: a point with error bars); with one M there is no
+    trend.png."""
+    returns = {("td3_huber_no_dyna", 3): [0.0, 0.0, 3.0], ("td3_huber_no_dyna", 6): [1.0, 1.0, 4.0], ("iqn", 5): [4.0, 6.0]}
+    for (script, m), finals in returns.items():
+        for seed, final in enumerate(finals, start=1):
+            write_summary(tmp_path / "grid" / f"{script}{m}s{seed}", script, f"PointMass{m}-v0", seed, [5, 10], [1.0, final])
+    drawn = []
+    monkeypatch.setattr(aggregate.plt.Figure, "savefig", lambda fig, path, **kw: drawn.append((Path(path).name, fig)))
+    groups, _, written = aggregate.aggregate(
+        aggregate.load_runs(str(tmp_path / "grid")), str(tmp_path / "out"), n_boot=50, seed=0
+    )
+    assert written[-1] == "trend.png"
+    fig = dict(drawn)["trend.png"]
+    final_ax, nauc_ax = fig.axes
+    rows = {(row["script"], row["env"]): row for row in read_csv(tmp_path / "out" / "table.csv")}
+    td3_line = [line for line in final_ax.lines if line.get_label().startswith("TD3 (3/3)")]
+    assert len(td3_line) == 1
+    assert list(td3_line[0].get_xdata()) == [3, 6]
+    assert list(td3_line[0].get_ydata()) == [1.0, 2.0]  # the means (not the medians, 0 and 1)
+    band = final_ax.collections[0].get_paths()[0].vertices  # fill_between's polygon: lo then hi along M
+    lo6, hi6 = (
+        float(rows[("td3_huber_no_dyna", "PointMass6-v0")][c])
+        for c in ("final_eval_return_mean_ci_lo", "final_eval_return_mean_ci_hi")
+    )
+    assert any(np.allclose(v, [6, lo6]) for v in band) and any(np.allclose(v, [6, hi6]) for v in band)
+    iqn = [bars.lines[0] for bars in nauc_ax.containers if bars.get_label().startswith("IQN (2)")]  # errorbar's point
+    assert len(iqn) == 1 and list(iqn[0].get_xdata()) == [5]
+    assert iqn[0].get_ydata()[0] == pytest.approx(3.0)  # the mean of (1 + 4) / 2 and (1 + 6) / 2
+    drawn.clear()
+    _, _, written = aggregate.aggregate(
+        [run for members in groups.values() for run in members if run["env"] == "PointMass5-v0"],
+        str(tmp_path / "one_m"),
+        n_boot=50,
+        seed=0,
+    )
+    assert "trend.png" not in written and "trend.png" not in dict(drawn)
