@@ -323,6 +323,11 @@ def read_checkpoint(args, script: ModuleType, argv: list[str] | None = None) -> 
             f"{run_dir} is at step {step} of {step}: nothing to do (a larger --total-timesteps continues it)", file=sys.stderr
         )
         raise SystemExit(0)
+    if args.total_timesteps <= args.learning_starts:
+        raise ValueError(
+            f"--total-timesteps {args.total_timesteps} is not above the run's --learning-starts {args.learning_starts}: "
+            "no update would ever run (give a larger --total-timesteps)"
+        )
     writable_folder(run_dir)
     return args, checkpoint, run_dir
 

@@ -46,6 +46,11 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
         (0 <= args.seed < 2**32, f"--seed must be in [0, 2^32) (got {args.seed})"),
         (args.total_timesteps >= 1, "--total-timesteps must be >= 1"),
         (args.learning_starts >= 0, "--learning-starts must be >= 0"),
+        (  # a resumed run is checked with its own settings (flag_extras.read_checkpoint), an evaluation trains nothing
+            args.total_timesteps > args.learning_starts or args.resume is not None or args.evaluate is not None,
+            f"--total-timesteps {args.total_timesteps} is not above --learning-starts {args.learning_starts}: no update "
+            "would ever run (raise --total-timesteps or lower --learning-starts)",
+        ),
         (args.batch_size >= 1, "--batch-size must be >= 1"),
         (args.buffer_size >= args.batch_size, "--buffer-size must be >= --batch-size"),
         (0.0 <= args.gamma <= 1.0, "--gamma must be in [0, 1]"),

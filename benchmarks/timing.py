@@ -1,13 +1,14 @@
 """Wall-clock table of the RL scripts, like the paper's: milliseconds per iteration (one env step with its updates).
 
 Every script runs in this one process, at paper sizes unless flags say otherwise, on the same env. An iteration's time
-is measured by difference: the script's own `main()` is run to `--learning-starts` steps (no critic updates yet) and
-to `--learning-starts` + K steps, both from the same seed, and (T(start + K) - T(start)) / K is the cost of one
-iteration after learning starts: the env step, the world-model step and the `--updates-per-step` critic updates with
-their actor updates. K is chosen per script from probes of doubling length so that the timed part lasts about
-`--seconds`. FLOPs per iteration are counted the same way under `torch.utils.flop_counter.FlopCounterMode` (two short
-runs), and divided by the time to give the achieved FLOP/s, reported against the machine's dense fp32 matmul FLOP/s
-measured in the same process. With `--breakdown` (default) one critic update per script is also split by part (world-
+is measured by difference: the script's own `main()` is run to `--learning-starts` + 1 steps (the base: the first
+iteration with updates, the least a script runs, which also takes the one-off costs of a first update, compilation and
+CUDA-graph capture, out of the difference) and to `--learning-starts` + 1 + K steps, both from the same seed, and
+(T(start + 1 + K) - T(start + 1)) / K is the cost of one iteration after learning starts: the env step, the
+world-model step and the `--updates-per-step` critic updates with their actor updates. K is chosen per script from
+probes of doubling length so that the timed part lasts about `--seconds`. FLOPs per iteration are counted the same way
+under `torch.utils.flop_counter.FlopCounterMode` (two short runs), and divided by the time to give the achieved
+FLOP/s, reported against the machine's dense fp32 matmul FLOP/s measured in the same process. With `--breakdown` (default) one critic update per script is also split by part (world-
 model prior and decoder or flow, target actor, target critics, online critics with their double backprop, and the
 rest: loss, kernels, slicing and operations no module claims) and by pass (forward, backward), in FLOPs and ms, and
 for the DSDPG scripts set beside the arithmetic floor of the same mathematics (`arithmetic_floor`: every network once
@@ -141,7 +142,7 @@ class GlobalOnlyTracker:
 
 def flops_per_iteration(module, args: Args, variant: list[str]) -> float:
     counts = []
-    for extra in (0, args.flop_iterations):
+    for extra in (1, 1 + args.flop_iterations):  # from the base run, as the timing
         counter = FlopCounterMode(display=False)
         counter.mod_tracker = GlobalOnlyTracker()
         with counter:
@@ -304,9 +305,10 @@ def matmul_flops_per_second(device: str, n: int = 2048, repeats: int = 10) -> fl
 def timed_iterations(module, args: Args, variant: list[str]) -> int:
     """How many iterations take about `--seconds` beyond the base run: probes of 2, 4, 8, ... iterations until one
     lasts a quarter of that (shorter probes drown in the run-to-run noise of the base run), then scaled, at least 5."""
-    base = run(module, args, args.learning_starts, variant)
+    start = args.learning_starts + 1  # the base run: the first iteration with updates
+    base = run(module, args, start, variant)
     probe = 2
-    while (extra := run(module, args, args.learning_starts + probe, variant) - base) < args.seconds / 4:
+    while (extra := run(module, args, start + probe, variant) - base) < args.seconds / 4:
         probe *= 2
     return max(5, probe, math.ceil(probe * args.seconds / extra))
 
@@ -325,9 +327,8 @@ def main(args: Args) -> None:
         variant = settings.split(",") if settings else []
         module = importlib.import_module(name.removesuffix(".py"))
         iterations = timed_iterations(module, args, variant)
-        seconds = run(module, args, args.learning_starts + iterations, variant) - run(
-            module, args, args.learning_starts, variant
-        )
+        start = args.learning_starts + 1  # the base run: the first iteration with updates
+        seconds = run(module, args, start + iterations, variant) - run(module, args, start, variant)
         ms = 1e3 * seconds / iterations
         flops = flops_per_iteration(module, args, variant)
         rows.append(

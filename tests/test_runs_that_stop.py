@@ -142,6 +142,8 @@ DISTRIBUTIONAL_MMD = ("mmd_critic", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev")
         (dict(obs_noise_scale=0.3), "--obs-noise-scale changes nothing without --obs-noise mult"),
         (dict(dyn_noise_std=0.05), "--dyn-noise-std changes nothing without --dyn-noise gauss"),
         (dict(kernel_bandwidth=1e200), "--kernel-bandwidth must be in (0, 1e6]"),
+        (dict(total_timesteps=3000), "--total-timesteps 3000 is not above --learning-starts 5000: no update would ever"),
+        (dict(total_timesteps=300, learning_starts=1000), "--total-timesteps 300 is not above --learning-starts 1000"),
     ],
 )
 def test_flags_out_of_range_or_without_effect_are_refused(script, flags, message):
@@ -157,6 +159,7 @@ def test_flags_out_of_range_or_without_effect_are_refused(script, flags, message
         obs_noise_scale=dict(obs_noise="mult", obs_noise_scale=0.3),
         dyn_noise_std=dict(dyn_noise="gauss", dyn_noise_std=0.05),
         kernel_bandwidth=dict(kernel_bandwidth=1e6),
+        total_timesteps=dict(total_timesteps=1001, learning_starts=1000),
     )[next(iter(flags))]
     module.check_args(module.Args(**fine))
 
@@ -167,3 +170,19 @@ def test_a_mujoco_v4_run_prints_no_upgrade_warning(tmp_path):
     result = run_script("td3_huber.py", *flags.split(), "--eval-frequency", "20", "--eval-episodes", "1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "out of date" not in result.stderr and "DeprecationWarning" not in result.stderr
+
+
+def test_a_resumed_run_that_would_never_update_is_refused(tmp_path):
+    """A run stopped before learning starts, resumed with a budget that ends before it too, is refused with the run's
+    own --learning-starts (the command line's default is not the run's); its checkpoint is left as it was."""
+    run_dir = train(tmp_path, "--total-timesteps", "200", "--eval-frequency", "100")
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    checkpoint["global_step"] = 50  # as if stopped at step 50, before the 100 random steps were over
+    torch.save(checkpoint, run_dir / "checkpoint.pt")
+    (run_dir / "summary.json").unlink()
+    before = hashes(tmp_path)
+    refused(
+        run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", "80", cwd=tmp_path),
+        "--total-timesteps 80 is not above the run's --learning-starts 100: no update would ever run",
+    )
+    assert hashes(tmp_path) == before
