@@ -18,7 +18,7 @@ import time
 import warnings
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from types import ModuleType
 from typing import NoReturn
 
@@ -41,7 +41,6 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"--{name.replace('_', '-')} must be finite (got {value})")
-    default_noise_scale = type(args).__dataclass_fields__["obs_noise_scale"].default
     checks = [
         (0 <= args.seed < 2**32, f"--seed must be in [0, 2^32) (got {args.seed})"),
         (args.total_timesteps >= 1, "--total-timesteps must be >= 1"),
@@ -64,14 +63,7 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
         *own_checks(),
         (0.0 <= args.obs_noise_scale < 1.0, "--obs-noise-scale must be in [0, 1)"),
         (args.dyn_noise_std is None or args.dyn_noise_std >= 0, "--dyn-noise-std must be >= 0"),
-        (
-            args.obs_noise == "mult" or args.obs_noise_scale == default_noise_scale,
-            "--obs-noise-scale changes nothing without --obs-noise mult (add it, or drop --obs-noise-scale)",
-        ),
-        (
-            args.dyn_noise == "gauss" or args.dyn_noise_std is None,
-            "--dyn-noise-std changes nothing without --dyn-noise gauss (add it, or drop --dyn-noise-std)",
-        ),
+        *[(False, message) for message in flags_without_effect(args).values()],
         (args.eval_frequency >= 1, "--eval-frequency must be >= 1"),
         (args.eval_episodes >= 1, "--eval-episodes must be >= 1"),
         (args.checkpoint_frequency >= 0 and args.contraction_frequency >= 0, "frequencies must be >= 0"),
@@ -83,6 +75,34 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
     for ok, message in checks:
         if not ok:
             raise ValueError(message)
+
+
+WORLD_MODEL_FLAGS = ("world_model", "wm_hidden_dim", "wm_learning_rate", "wm_updates_per_step", "dyna_reward")
+
+
+def flags_without_effect(args) -> dict[str, str]:
+    """The flags set away from their defaults that change nothing given the others (a noise's scale without that
+    noise; td3_huber's world-model flags with --no-dyna, which builds no world model), by field name, each with the
+    message that refuses them on a fresh run."""
+    defaults = {name: field.default for name, field in type(args).__dataclass_fields__.items()}
+    rules = [  # (the flags change nothing, which, where, the remedy: {flags} and {them} filled in)
+        (args.obs_noise != "mult", ["obs_noise_scale"], "without --obs-noise mult", "add it, or drop {flags}"),
+        (args.dyn_noise != "gauss", ["dyn_noise_std"], "without --dyn-noise gauss", "add it, or drop {flags}"),
+        (not getattr(args, "dyna", True), WORLD_MODEL_FLAGS, "with --no-dyna", "drop {them}, or drop --no-dyna"),
+    ]
+    found = {}
+    for idle, names, where, remedy in rules:
+        changed = [name for name in names if idle and getattr(args, name) != defaults[name]]
+        flags = ", ".join(f"--{name.replace('_', '-')}" for name in changed)
+        them, verb = ("it", "changes") if len(changed) == 1 else ("them", "change")
+        found |= {name: f"{flags} {verb} nothing {where} ({remedy.format(flags=flags, them=them)})" for name in changed}
+    return found
+
+
+def effective_args(args):
+    """`args` with the flags that change nothing (`flags_without_effect`) put back to their defaults: the settings a run
+    of `args` really uses (a checkpoint or a grid job written before those flags were refused compares equal)."""
+    return replace(args, **{name: type(args).__dataclass_fields__[name].default for name in flags_without_effect(args)})
 
 
 def fail(script_name: str, message: str) -> NoReturn:

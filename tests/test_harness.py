@@ -394,3 +394,19 @@ def test_figures_name_methods_as_the_paper_and_keep_one_colour_each():
     assert len({aggregate.colour(split, script) for script in split}) == 1
     assert [aggregate.line_style(split, script) for script in split] == ["-", "--"]
     assert len({name for name, _ in aggregate.METHODS.values()}) == len({c for _, c in aggregate.METHODS.values()})
+
+
+def test_a_job_dir_whose_flags_differ_only_by_flags_without_effect_is_the_jobs(tmp_path):
+    """A --no-dyna job run before world-model flags were refused with it (job.json holds --wm-hidden-dim) is the same
+    job as today's command without them: done, skipped, not refused; a flag that matters still is."""
+    model_free = TINY.replace(" --wm-hidden-dim 8", "")
+    job_dir = tmp_path / "grid" / "td3_huber" / "PointMass-v0" / "no-dyna" / "seed1"
+    old_flags = ["--env-id", "PointMass-v0", "--seed", "1", *TINY.split(), "--no-dyna"]
+    write_summary(job_dir / "runs" / "a_run", "td3_huber", "PointMass-v0", 1, [60], [1.0])
+    (job_dir / "job.json").write_text(json.dumps({"script": "td3_huber", "flags": old_flags}))
+    common = ("--common", model_free, "--flag-sets", "--no-dyna", "--grid-dir", "grid", "--dry-run")
+    result = run_tool(*"run_grid.py --scripts td3_huber --env-ids PointMass-v0 --seeds 1".split(), *common, cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.startswith("[done] "), result.stderr
+    changed = ("--common", model_free + " --gamma 0.9", *common[2:])
+    result = run_tool(*"run_grid.py --scripts td3_huber --env-ids PointMass-v0 --seeds 1".split(), *changed, cwd=tmp_path)
+    assert result.returncode == 1 and "use another --grid-dir" in result.stderr

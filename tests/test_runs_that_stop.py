@@ -23,6 +23,7 @@ TINY = (
     "--env-id PointMass-v0 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 --batch-size 16 --updates-per-step 1 "
     "--eval-episodes 2 --contraction-frequency 0"
 ).split()
+MODEL_FREE = [*" ".join(TINY).replace(" --wm-hidden-dim 16", "").split(), "--no-dyna"]  # which refuses world-model flags
 
 
 def train(cwd: Path, *flags: str) -> Path:
@@ -43,7 +44,7 @@ def refused(result: subprocess.CompletedProcess, message: str) -> None:
 
 
 def test_a_run_stopped_by_sigterm_resumes_to_its_own_end_with_the_printed_command(tmp_path):
-    command = [sys.executable, str(ROOT / "td3_huber.py"), *TINY, *"--no-dyna --total-timesteps 3000".split()]
+    command = [sys.executable, str(ROOT / "td3_huber.py"), *MODEL_FREE, "--total-timesteps", "3000"]
     command += ["--eval-frequency", "1000"]
     process = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     drawn = ""
@@ -186,3 +187,41 @@ def test_a_resumed_run_that_would_never_update_is_refused(tmp_path):
         "--total-timesteps 80 is not above the run's --learning-starts 100: no update would ever run",
     )
     assert hashes(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        dict(world_model="flow"),
+        dict(wm_hidden_dim=16),
+        dict(wm_learning_rate=1e-3),
+        dict(wm_updates_per_step=2),
+        dict(dyna_reward="model"),
+        dict(wm_hidden_dim=16, wm_learning_rate=1e-3),
+    ],
+)
+def test_world_model_flags_with_no_dyna_are_refused(flags):
+    """td3_huber --no-dyna builds no world model, so its flags change nothing there (a tiny run with and without them:
+    the same checkpoint to the bit): set, they are refused by name; with Dyna, or at their defaults, they pass."""
+    with pytest.raises(ValueError) as refused_flag:
+        td3_huber.check_args(td3_huber.Args(dyna=False, **flags))
+    names = ", ".join(f"--{name.replace('_', '-')}" for name in flags)
+    verb, them = ("changes", "it") if len(flags) == 1 else ("change", "them")
+    assert str(refused_flag.value) == f"{names} {verb} nothing with --no-dyna (drop {them}, or drop --no-dyna)"
+    td3_huber.check_args(td3_huber.Args(**flags))
+    td3_huber.check_args(td3_huber.Args(dyna=False))
+
+
+def test_a_run_started_with_flags_now_refused_still_resumes(tmp_path):
+    """A checkpoint written before such flags were refused (--no-dyna with --wm-hidden-dim) resumes: on resume they are
+    put back to their defaults for the check, as they changed nothing."""
+    result = run_script("td3_huber.py", *MODEL_FREE, "--total-timesteps", "200", "--eval-frequency", "100", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    checkpoint["args"]["wm_hidden_dim"] = 16
+    torch.save(checkpoint, run_dir / "checkpoint.pt")
+    (run_dir / "summary.json").unlink()
+    resumed = run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", "300", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_summary(run_dir)["eval_steps"] == [100, 200, 300]
