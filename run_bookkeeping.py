@@ -105,6 +105,50 @@ def effective_args(args):
     return replace(args, **{name: type(args).__dataclass_fields__[name].default for name in flags_without_effect(args)})
 
 
+def memory_needed(args, obs_dim: int, act_dim: int) -> dict[str, int]:
+    """What a run of `args` allocates, in bytes of float32, by part, named with the flags that size it: an order of
+    magnitude, a lower bound. The replay buffer; every network weight five times (weights, gradient, the optimizer's
+    two moments, a target copy), counting each hidden layer's width x width matrix and its input rows; one update's
+    largest tensor, (2 critics, batch, samples, width) floats, the width the widest layer or the (N x 2N) kernel
+    matrix. Autograd keeps several such tensors at once, so the real peak is a few times the last part."""
+    dyna, extra = getattr(args, "dyna", True), max(getattr(args, "noise_dim", 0), getattr(args, "num_cosines", 0))
+    hidden, wm = args.hidden_dim, (args.wm_hidden_dim or (512 if args.world_model == "flow" else 1024)) * dyna
+    weights = hidden * (hidden + obs_dim + act_dim) + 2 * hidden * (2 * hidden + 2 * (obs_dim + act_dim + extra))
+    weights += 3 * wm * (2 * wm + 4 * (2 * obs_dim + act_dim + 1))  # the cVAE's prior, encoder and decoder
+    samples = max(getattr(args, "num_samples", 1), getattr(args, "num_samples_policy", 1))
+    widths = f"--hidden-dim {hidden}" + (f", --wm-hidden-dim {wm}" if dyna else "")
+    batch = f"--batch-size {args.batch_size}" + (f", --num-samples {args.num_samples}" if hasattr(args, "num_samples") else "")
+    return {
+        f"the replay buffer of --buffer-size {args.buffer_size}": 4 * args.buffer_size * (2 * obs_dim + act_dim + 2),
+        f"the networks of {widths} with their optimizer states": 4 * 5 * weights,
+        f"one update's largest tensor at {batch}": 4 * 2 * args.batch_size * samples * max(hidden, wm, 2 * samples, extra),
+    }
+
+
+def check_memory(args, obs_dim: int, act_dim: int) -> None:
+    """Raise ValueError if `memory_needed` exceeds the memory the run would train in: the GPU's (--cuda with one), else
+    this machine's RAM; the refusal names the largest part and what was asked for it."""
+    needed = memory_needed(args, obs_dim, act_dim)
+    if args.cuda and torch.cuda.is_available():
+        available, where = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory, "the GPU has"
+    else:
+        available, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
+    if sum(needed.values()) > available:
+        part, size = max(needed.items(), key=lambda item: item[1])
+        raise ValueError(
+            f"{part} would need ~{readable_bytes(size)}, more than the {readable_bytes(available)} {where} (the whole run: "
+            f"~{readable_bytes(sum(needed.values()))} at least, an order-of-magnitude estimate); lower the sizes"
+        )
+
+
+def readable_bytes(size: float) -> str:
+    """1.2e10 -> '12 GB' (decimal units, three significant digits)."""
+    units = ["B", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"]
+    while size >= 1000 and len(units) > 1:
+        size, units = size / 1000, units[1:]
+    return f"{size:.3g} {units[0]}"
+
+
 def fail(script_name: str, message: str) -> NoReturn:
     """One line on stderr, `<script>.py: error: <message>`, exit status 1, no traceback."""
     raise SystemExit(f"{script_name}: error: {message}")
@@ -163,6 +207,7 @@ def open_run(args, script: ModuleType) -> "Run":
             script.check_args(args)
             run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
         env = script.make_env(args)
+        check_memory(args, env.observation_space.shape[0], env.action_space.shape[0])
         try:
             os.makedirs(run_dir, exist_ok=True)
         except OSError as error:

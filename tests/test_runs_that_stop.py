@@ -17,6 +17,7 @@ import torch
 from helpers import ROOT, error_lines, only_run_dir, read_summary, run_script
 
 import flag_extras
+import run_bookkeeping
 import td3_huber
 
 TINY = (
@@ -225,3 +226,37 @@ def test_a_run_started_with_flags_now_refused_still_resumes(tmp_path):
     resumed = run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", "300", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert read_summary(run_dir)["eval_steps"] == [100, 200, 300]
+
+
+@pytest.mark.parametrize("script", helpers.RL_SCRIPTS)
+@pytest.mark.parametrize(
+    "flags, asked",
+    [
+        (dict(buffer_size=10**12), "the replay buffer of --buffer-size 1000000000000 would need ~"),
+        (dict(hidden_dim=10**8), "the networks of --hidden-dim 100000000, --wm-hidden-dim 1024 with their optimizer states"),
+        (dict(num_samples=10**8), "one update's largest tensor at --batch-size 256, --num-samples 100000000 would need ~"),
+    ],
+)
+def test_sizes_that_cannot_be_allocated_are_refused_before_any_work(tmp_path, monkeypatch, script, flags, asked):
+    """An order-of-magnitude estimate of what the run would allocate, against the machine's memory, made before anything
+    is allocated or written: one line with what was asked and what it needs."""
+    module = importlib.import_module(script)
+    if "num_samples" in flags and not hasattr(module.Args, "num_samples"):
+        pytest.skip("one return per pair")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as refused_run:
+        run_bookkeeping.open_run(module.Args(env_id="PointMass-v0", cuda=False, **flags), module)
+    message = str(refused_run.value)
+    assert message.startswith(f"{script}.py: error: {asked}") and "more than the" in message, message
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("script", helpers.RL_SCRIPTS)
+def test_the_paper_sizes_pass_the_memory_check(script):
+    """The paper's sizes on its largest task (Humanoid: 376 observations, 17 actions; 256 wide, batch 256, a million
+    transitions, 25 samples per pair at most) need ~3.5 GB: the replay buffer's 3.1 GB and a little more."""
+    module = importlib.import_module(script)
+    sizes = dict(hidden_dim=256, batch_size=256, buffer_size=10**6)
+    args = module.Args(**sizes, **(dict(num_samples=25) if hasattr(module.Args, "num_samples") else {}))
+    assert 3e9 < sum(run_bookkeeping.memory_needed(args, 376, 17).values()) < 4e9
+    run_bookkeeping.check_memory(args, 376, 17)
