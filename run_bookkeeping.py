@@ -9,9 +9,11 @@ the step that returns, calling the `Run` methods it names. Functions that need a
 module (`script`) and use its `check_args` and `make_env`.
 """
 
+import atexit
 import json
 import math
 import os
+import shutil
 import signal
 import sys
 import time
@@ -19,6 +21,7 @@ import warnings
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import asdict, replace
+from functools import partial
 from types import ModuleType
 from typing import NoReturn
 
@@ -192,7 +195,7 @@ def open_run(args, script: ModuleType) -> "Run":
     """The run of `args` for `script` (the calling script's module): its checked flags (--resume: the checkpoint's
     settings and the checkpoint), its folder, its training and evaluation envs and W&B (--track). --evaluate evaluates
     the saved model and exits; a bad flag or file exits in one line (`fail`)."""
-    checkpoint, wandb = None, None
+    checkpoint, wandb, created = None, None, []
     try:
         if args.evaluate is not None:
             from flag_extras import evaluate_saved_model
@@ -208,6 +211,7 @@ def open_run(args, script: ModuleType) -> "Run":
             run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
         env = script.make_env(args)
         check_memory(args, env.observation_space.shape[0], env.action_space.shape[0])
+        created = [folder for folder in (run_dir, os.path.dirname(run_dir)) if folder and not os.path.isdir(folder)]
         try:
             os.makedirs(run_dir, exist_ok=True)
         except OSError as error:
@@ -223,8 +227,23 @@ def open_run(args, script: ModuleType) -> "Run":
 
             wandb = start_tracking(args, run_dir)
     except ValueError as error:
+        remove_unstarted(created)
         fail(os.path.basename(script.__file__), str(error))
-    return Run(script, args, checkpoint, run_dir, (env, eval_env), wandb)
+    run = Run(script, args, checkpoint, run_dir, (env, eval_env), wandb)
+    if created:  # a failure before the first step (an allocation, Ctrl-C) leaves no empty folder either
+        run.cleanup = partial(remove_unstarted, created)
+        atexit.register(run.cleanup)
+    return run
+
+
+def remove_unstarted(created: list[str]) -> None:
+    """Remove the folders a fresh run created (its own, then `runs/` if it was new) if no file was written in them: a
+    run that fails before its first step leaves nothing behind."""
+    for folder in created:
+        if folder == created[0] and not any(files for _, _, files in os.walk(folder)):
+            shutil.rmtree(folder, ignore_errors=True)  # with an empty videos/, --capture-video's
+        with suppress(OSError):
+            os.rmdir(folder)  # `runs/` only if empty: another run may have started in it
 
 
 class Run:
@@ -237,6 +256,7 @@ class Run:
         self.args, self.checkpoint, self.run_dir, self.wandb = args, checkpoint, run_dir, wandb
         self.env, self.eval_env = envs
         self.checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+        self.cleanup = None  # open_run's removal of a fresh run's folder at exit, until the run starts
 
     def start(self, stateful: dict, device: torch.device, updates: tuple[Callable, Callable]) -> int:
         """Before the loop: the CPU cost note of the `updates` (a fresh run on a CPU), then with --resume every state of
@@ -258,6 +278,8 @@ class Run:
             print(f"resuming {self.run_dir} at step {counters[0]}", file=sys.stderr)
         self.start_step, self.num_critic_updates, self.eval_steps, self.eval_returns, self.previous_wall_time = counters
         self.writer = SummaryWriter(self.run_dir, purge_step=self.start_step if checkpoint is not None else None)
+        if self.cleanup is not None:  # the run has started: its folder stays
+            atexit.unregister(self.cleanup)
         if checkpoint is None:
             table = "\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])
             self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")

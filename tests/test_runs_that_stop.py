@@ -4,6 +4,7 @@ non-zero exit and no traceback, and change nothing a run had written."""
 
 import hashlib
 import importlib
+import os
 import re
 import signal
 import subprocess
@@ -260,3 +261,48 @@ def test_the_paper_sizes_pass_the_memory_check(script):
     args = module.Args(**sizes, **(dict(num_samples=25) if hasattr(module.Args, "num_samples") else {}))
     assert 3e9 < sum(run_bookkeeping.memory_needed(args, 376, 17).values()) < 4e9
     run_bookkeeping.check_memory(args, 376, 17)
+
+
+@pytest.mark.parametrize("script", helpers.RL_SCRIPTS)
+def test_a_run_that_fails_at_its_start_leaves_no_folder(tmp_path, monkeypatch, script):
+    """--track without a W&B login fails in open_run, after the run folder was made: the folder (and `runs/`, new
+    here) is removed with the one-line refusal."""
+
+    def no_login(**kwargs):
+        raise RuntimeError("api_key not configured (no-tty)")
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=no_login))
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module(script)
+    with pytest.raises(SystemExit, match="--track: cannot start W&B"):
+        run_bookkeeping.open_run(module.Args(env_id="PointMass-v0", cuda=False, track=True), module)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_that_fails_before_its_first_step_leaves_no_folder(tmp_path):
+    """A failure after open_run made the folder but before the run started (here the replay buffer's allocation, made
+    to fail) leaves no empty folder behind when the process exits; a `runs/` it did not make stays."""
+    fails = (
+        "import replay_buffer, td3_huber\n"
+        "def no_memory(*args):\n    raise RuntimeError('cannot allocate the replay buffer')\n"
+        "replay_buffer.ReplayBuffer.__init__ = no_memory\n"
+        "td3_huber.main(td3_huber.Args(env_id='PointMass-v0', hidden_dim=16, wm_hidden_dim=16, cuda=False))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", fails],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 1 and "RuntimeError: cannot allocate the replay buffer" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "runs" / "kept").mkdir(parents=True)
+    result = subprocess.run(
+        [sys.executable, "-c", fails],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 1 and [path.name for path in (tmp_path / "runs").iterdir()] == ["kept"]
