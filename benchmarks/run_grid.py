@@ -63,6 +63,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Literal
@@ -559,9 +560,23 @@ def print_jobs(jobs: list[Job]) -> list[str]:
     return states
 
 
+def make_grid_dir(grid_dir: str) -> None:
+    """Make the grid folder and try a file in it: one line and exit 1 if it cannot be written (before any job)."""
+    path = os.path.abspath(grid_dir)
+    if os.path.exists(path) and not os.path.isdir(path):
+        fail(f"--grid-dir {grid_dir} is a file, not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        fail(f"--grid-dir {grid_dir}: cannot write there ({error.strerror or error})")
+
+
 def launch(jobs: list[Job], options: Launch) -> int:
     """Runs the jobs that are not done (the others are skipped) and prints the summary. Returns the exit status: 0, 1 if
     a job failed or was busy, 130 if interrupted."""
+    make_grid_dir(options.grid_dir)
     states = {job: job_state(job.job_dir) for job in jobs}
     todo = [job for job in jobs if states[job][0] != "done"]
     skipped = len(jobs) - len(todo)
@@ -570,7 +585,6 @@ def launch(jobs: list[Job], options: Launch) -> int:
         f"{len(todo)} to run",
         flush=True,
     )
-    os.makedirs(os.path.abspath(options.grid_dir), exist_ok=True)
     if options.backend == "local":
         records, interrupted = run_local(todo, options.workers)
     else:

@@ -410,3 +410,16 @@ def test_a_job_dir_whose_flags_differ_only_by_flags_without_effect_is_the_jobs(t
     changed = ("--common", model_free + " --gamma 0.9", *common[2:])
     result = run_tool(*"run_grid.py --scripts td3_huber --env-ids PointMass-v0 --seeds 1".split(), *changed, cwd=tmp_path)
     assert result.returncode == 1 and "use another --grid-dir" in result.stderr
+
+
+def test_a_grid_dir_that_cannot_be_written_is_one_line_before_any_job(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    for grid_dir, message in (
+        ("a_file", "--grid-dir a_file is a file, not a folder"),
+        ("a_file/grid", "--grid-dir a_file/grid: cannot write there (Not a directory)"),
+    ):
+        result = run_tool(
+            *"run_grid.py --scripts td3_huber --env-ids PointMass-v0 --seeds 1 --grid-dir".split(), grid_dir, cwd=tmp_path
+        )
+        assert result.returncode == 1 and result.stderr.strip() == f"run_grid.py: error: {message}", result.stderr
+        assert result.stdout == "" and sorted(path.name for path in tmp_path.iterdir()) == ["a_file"]
