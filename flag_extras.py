@@ -304,7 +304,7 @@ def read_checkpoint(args, script: ModuleType, argv: list[str] | None = None) -> 
     later by `restore`; every problem is a one-line ValueError. A finished run (summary.json written) is left as it is."""
     argv = sys.argv[1:] if argv is None else argv
     args.resume = file_in_run(args.resume, "checkpoint.pt")
-    script.check_args(args)
+    script.check_args(run_bookkeeping.effective_args(args))  # a flag that changes nothing is ignored on resume
     checkpoint = load_checkpoint(args.resume, script)
     if "global_step" not in checkpoint:
         raise ValueError(f"{args.resume!r} is a saved model, not a checkpoint: --resume takes checkpoint.pt or its run folder")
@@ -312,7 +312,7 @@ def read_checkpoint(args, script: ModuleType, argv: list[str] | None = None) -> 
         args = resumed_args(args, checkpoint["args"], argv)
     except (KeyError, TypeError) as error:
         raise ValueError(f"cannot resume from {args.resume!r}: {' '.join(str(error).split())}") from None
-    script.check_args(args)
+    script.check_args(run_bookkeeping.effective_args(args))  # a run started before such flags were refused resumes
     step, run_dir = checkpoint["global_step"], os.path.dirname(os.path.abspath(args.resume))
     if args.total_timesteps < step:
         raise ValueError(
@@ -323,6 +323,11 @@ def read_checkpoint(args, script: ModuleType, argv: list[str] | None = None) -> 
             f"{run_dir} is at step {step} of {step}: nothing to do (a larger --total-timesteps continues it)", file=sys.stderr
         )
         raise SystemExit(0)
+    if args.total_timesteps <= args.learning_starts:
+        raise ValueError(
+            f"--total-timesteps {args.total_timesteps} is not above the run's --learning-starts {args.learning_starts}: "
+            "no update would ever run (give a larger --total-timesteps)"
+        )
     writable_folder(run_dir)
     return args, checkpoint, run_dir
 

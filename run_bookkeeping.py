@@ -9,16 +9,19 @@ the step that returns, calling the `Run` methods it names. Functions that need a
 module (`script`) and use its `check_args` and `make_env`.
 """
 
+import atexit
 import json
 import math
 import os
+import shutil
 import signal
 import sys
 import time
 import warnings
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from functools import partial
 from types import ModuleType
 from typing import NoReturn
 
@@ -41,11 +44,15 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"--{name.replace('_', '-')} must be finite (got {value})")
-    default_noise_scale = type(args).__dataclass_fields__["obs_noise_scale"].default
     checks = [
         (0 <= args.seed < 2**32, f"--seed must be in [0, 2^32) (got {args.seed})"),
         (args.total_timesteps >= 1, "--total-timesteps must be >= 1"),
         (args.learning_starts >= 0, "--learning-starts must be >= 0"),
+        (  # a resumed run is checked with its own settings (flag_extras.read_checkpoint), an evaluation trains nothing
+            args.total_timesteps > args.learning_starts or args.resume is not None or args.evaluate is not None,
+            f"--total-timesteps {args.total_timesteps} is not above --learning-starts {args.learning_starts}: no update "
+            "would ever run (raise --total-timesteps or lower --learning-starts)",
+        ),
         (args.batch_size >= 1, "--batch-size must be >= 1"),
         (args.buffer_size >= args.batch_size, "--buffer-size must be >= --batch-size"),
         (0.0 <= args.gamma <= 1.0, "--gamma must be in [0, 1]"),
@@ -59,14 +66,7 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
         *own_checks(),
         (0.0 <= args.obs_noise_scale < 1.0, "--obs-noise-scale must be in [0, 1)"),
         (args.dyn_noise_std is None or args.dyn_noise_std >= 0, "--dyn-noise-std must be >= 0"),
-        (
-            args.obs_noise == "mult" or args.obs_noise_scale == default_noise_scale,
-            "--obs-noise-scale changes nothing without --obs-noise mult (add it, or drop --obs-noise-scale)",
-        ),
-        (
-            args.dyn_noise == "gauss" or args.dyn_noise_std is None,
-            "--dyn-noise-std changes nothing without --dyn-noise gauss (add it, or drop --dyn-noise-std)",
-        ),
+        *[(False, message) for message in flags_without_effect(args).values()],
         (args.eval_frequency >= 1, "--eval-frequency must be >= 1"),
         (args.eval_episodes >= 1, "--eval-episodes must be >= 1"),
         (args.checkpoint_frequency >= 0 and args.contraction_frequency >= 0, "frequencies must be >= 0"),
@@ -78,6 +78,78 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
     for ok, message in checks:
         if not ok:
             raise ValueError(message)
+
+
+WORLD_MODEL_FLAGS = ("world_model", "wm_hidden_dim", "wm_learning_rate", "wm_updates_per_step", "dyna_reward")
+
+
+def flags_without_effect(args) -> dict[str, str]:
+    """The flags set away from their defaults that change nothing given the others (a noise's scale without that
+    noise; td3_huber's world-model flags with --no-dyna, which builds no world model), by field name, each with the
+    message that refuses them on a fresh run."""
+    defaults = {name: field.default for name, field in type(args).__dataclass_fields__.items()}
+    rules = [  # (the flags change nothing, which, where, the remedy: {flags} and {them} filled in)
+        (args.obs_noise != "mult", ["obs_noise_scale"], "without --obs-noise mult", "add it, or drop {flags}"),
+        (args.dyn_noise != "gauss", ["dyn_noise_std"], "without --dyn-noise gauss", "add it, or drop {flags}"),
+        (not getattr(args, "dyna", True), WORLD_MODEL_FLAGS, "with --no-dyna", "drop {them}, or drop --no-dyna"),
+    ]
+    found = {}
+    for idle, names, where, remedy in rules:
+        changed = [name for name in names if idle and getattr(args, name) != defaults[name]]
+        flags = ", ".join(f"--{name.replace('_', '-')}" for name in changed)
+        them, verb = ("it", "changes") if len(changed) == 1 else ("them", "change")
+        found |= {name: f"{flags} {verb} nothing {where} ({remedy.format(flags=flags, them=them)})" for name in changed}
+    return found
+
+
+def effective_args(args):
+    """`args` with the flags that change nothing (`flags_without_effect`) put back to their defaults: the settings a run
+    of `args` really uses (a checkpoint or a grid job written before those flags were refused compares equal)."""
+    return replace(args, **{name: type(args).__dataclass_fields__[name].default for name in flags_without_effect(args)})
+
+
+def memory_needed(args, obs_dim: int, act_dim: int) -> dict[str, int]:
+    """What a run of `args` allocates, in bytes of float32, by part, named with the flags that size it: an order of
+    magnitude, a lower bound. The replay buffer; every network weight five times (weights, gradient, the optimizer's
+    two moments, a target copy), counting each hidden layer's width x width matrix and its input rows; one update's
+    largest tensor, (2 critics, batch, samples, width) floats, the width the widest layer or the (N x 2N) kernel
+    matrix. Autograd keeps several such tensors at once, so the real peak is a few times the last part."""
+    dyna, extra = getattr(args, "dyna", True), max(getattr(args, "noise_dim", 0), getattr(args, "num_cosines", 0))
+    hidden, wm = args.hidden_dim, (args.wm_hidden_dim or (512 if args.world_model == "flow" else 1024)) * dyna
+    weights = hidden * (hidden + obs_dim + act_dim) + 2 * hidden * (2 * hidden + 2 * (obs_dim + act_dim + extra))
+    weights += 3 * wm * (2 * wm + 4 * (2 * obs_dim + act_dim + 1))  # the cVAE's prior, encoder and decoder
+    samples = max(getattr(args, "num_samples", 1), getattr(args, "num_samples_policy", 1))
+    widths = f"--hidden-dim {hidden}" + (f", --wm-hidden-dim {wm}" if dyna else "")
+    batch = f"--batch-size {args.batch_size}" + (f", --num-samples {args.num_samples}" if hasattr(args, "num_samples") else "")
+    return {
+        f"the replay buffer of --buffer-size {args.buffer_size}": 4 * args.buffer_size * (2 * obs_dim + act_dim + 2),
+        f"the networks of {widths} with their optimizer states": 4 * 5 * weights,
+        f"one update's largest tensor at {batch}": 4 * 2 * args.batch_size * samples * max(hidden, wm, 2 * samples, extra),
+    }
+
+
+def check_memory(args, obs_dim: int, act_dim: int) -> None:
+    """Raise ValueError if `memory_needed` exceeds the memory the run would train in: the GPU's (--cuda with one), else
+    this machine's RAM; the refusal names the largest part and what was asked for it."""
+    needed = memory_needed(args, obs_dim, act_dim)
+    if args.cuda and torch.cuda.is_available():
+        available, where = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory, "the GPU has"
+    else:
+        available, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
+    if sum(needed.values()) > available:
+        part, size = max(needed.items(), key=lambda item: item[1])
+        raise ValueError(
+            f"{part} would need ~{readable_bytes(size)}, more than the {readable_bytes(available)} {where} (the whole run: "
+            f"~{readable_bytes(sum(needed.values()))} at least, an order-of-magnitude estimate); lower the sizes"
+        )
+
+
+def readable_bytes(size: float) -> str:
+    """1.2e10 -> '12 GB' (decimal units, three significant digits)."""
+    units = ["B", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"]
+    while size >= 1000 and len(units) > 1:
+        size, units = size / 1000, units[1:]
+    return f"{size:.3g} {units[0]}"
 
 
 def fail(script_name: str, message: str) -> NoReturn:
@@ -123,7 +195,7 @@ def open_run(args, script: ModuleType) -> "Run":
     """The run of `args` for `script` (the calling script's module): its checked flags (--resume: the checkpoint's
     settings and the checkpoint), its folder, its training and evaluation envs and W&B (--track). --evaluate evaluates
     the saved model and exits; a bad flag or file exits in one line (`fail`)."""
-    checkpoint, wandb = None, None
+    checkpoint, wandb, created = None, None, []
     try:
         if args.evaluate is not None:
             from flag_extras import evaluate_saved_model
@@ -138,6 +210,8 @@ def open_run(args, script: ModuleType) -> "Run":
             script.check_args(args)
             run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
         env = script.make_env(args)
+        check_memory(args, env.observation_space.shape[0], env.action_space.shape[0])
+        created = [folder for folder in (run_dir, os.path.dirname(run_dir)) if folder and not os.path.isdir(folder)]
         try:
             os.makedirs(run_dir, exist_ok=True)
         except OSError as error:
@@ -153,8 +227,23 @@ def open_run(args, script: ModuleType) -> "Run":
 
             wandb = start_tracking(args, run_dir)
     except ValueError as error:
+        remove_unstarted(created)
         fail(os.path.basename(script.__file__), str(error))
-    return Run(script, args, checkpoint, run_dir, (env, eval_env), wandb)
+    run = Run(script, args, checkpoint, run_dir, (env, eval_env), wandb)
+    if created:  # a failure before the first step (an allocation, Ctrl-C) leaves no empty folder either
+        run.cleanup = partial(remove_unstarted, created)
+        atexit.register(run.cleanup)
+    return run
+
+
+def remove_unstarted(created: list[str]) -> None:
+    """Remove the folders a fresh run created (its own, then `runs/` if it was new) if no file was written in them: a
+    run that fails before its first step leaves nothing behind."""
+    for folder in created:
+        if folder == created[0] and not any(files for _, _, files in os.walk(folder)):
+            shutil.rmtree(folder, ignore_errors=True)  # with an empty videos/, --capture-video's
+        with suppress(OSError):
+            os.rmdir(folder)  # `runs/` only if empty: another run may have started in it
 
 
 class Run:
@@ -167,6 +256,7 @@ class Run:
         self.args, self.checkpoint, self.run_dir, self.wandb = args, checkpoint, run_dir, wandb
         self.env, self.eval_env = envs
         self.checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+        self.cleanup = None  # open_run's removal of a fresh run's folder at exit, until the run starts
 
     def start(self, stateful: dict, device: torch.device, updates: tuple[Callable, Callable]) -> int:
         """Before the loop: the CPU cost note of the `updates` (a fresh run on a CPU), then with --resume every state of
@@ -188,6 +278,8 @@ class Run:
             print(f"resuming {self.run_dir} at step {counters[0]}", file=sys.stderr)
         self.start_step, self.num_critic_updates, self.eval_steps, self.eval_returns, self.previous_wall_time = counters
         self.writer = SummaryWriter(self.run_dir, purge_step=self.start_step if checkpoint is not None else None)
+        if self.cleanup is not None:  # the run has started: its folder stays
+            atexit.unregister(self.cleanup)
         if checkpoint is None:
             table = "\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])
             self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")

@@ -432,6 +432,7 @@ def run_runtime(args: Run) -> int:
             f"cost: 6 timings, {RUNTIME_COST} hours (estimated) on a GPU or here (each: probes, ~20 s timed, two FLOP-counted runs)"
         )
         return 0
+    run_grid.make_grid_dir(args.grid_dir)
     os.makedirs(os.path.dirname(command[command.index("--out") + 1]), exist_ok=True)
     if args.backend == "local":
         return subprocess.run(command, cwd=ROOT).returncode

@@ -18,7 +18,9 @@ Choices:
       but no summary (an interrupted or timed-out run) is relaunched with `--resume <that checkpoint>`, so re-running
       the same command after an interruption, a crash or a cluster time limit finishes the grid without losing work.
       Each job dir keeps its flags in `job.json`; re-running a grid dir with different flags for a job is an error
-      (its finished runs would otherwise be silently reused).
+      (its finished runs would otherwise be silently reused), unless they differ only by flags that change nothing
+      (run_bookkeeping.flags_without_effect: e.g. world-model flags dropped from a `--no-dyna` job, which the scripts
+      now refuse): those runs are the job's.
     * Bookkeeping: every finished attempt appends one JSON line (time, status, return code, seconds, command, cwd,
       the tail of stderr) to `<grid-dir>/grid_log.jsonl`, written by the job itself under a file lock, so the log is
       complete even on Slurm when the submitting process is gone. At the end the command prints how many jobs ran,
@@ -47,9 +49,12 @@ Choices:
 """
 
 import concurrent.futures
+import contextlib
 import datetime
 import fcntl
 import glob
+import importlib
+import io
 import itertools
 import json
 import os
@@ -58,6 +63,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Literal
@@ -220,13 +226,33 @@ def job_flags(job: Job) -> dict:
     return {"script": job.script, "flags": list(job.command[2:])}
 
 
+def same_settings(job: Job, saved: dict) -> bool:
+    """Whether a job dir's saved flags make the job's runs: the same script, and the same settings once the flags that
+    change nothing are put back to their defaults (run_bookkeeping.effective_args). Imports the script (and torch)."""
+    if saved.get("script") != job.script:
+        return False
+    sys.path.insert(0, ROOT)
+    try:
+        module, run_bookkeeping = importlib.import_module(job.script), importlib.import_module("run_bookkeeping")
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            settings = [
+                run_bookkeeping.effective_args(tyro.cli(module.Args, args=flags))
+                for flags in (saved["flags"], list(job.command[2:]))
+            ]
+    except SystemExit:  # flags the script does not take (any more)
+        return False
+    finally:
+        sys.path.remove(ROOT)
+    return settings[0] == settings[1]
+
+
 def check_job_dir(job: Job) -> None:
-    """Exit if the job dir holds runs made with other flags."""
+    """Exit if the job dir holds runs made with other flags (flags that change nothing aside)."""
     path = os.path.join(job.job_dir, "job.json")
     if os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
-        if saved != job_flags(job):
+        if saved != job_flags(job) and not same_settings(job, saved):
             fail(
                 f"{job.job_dir} holds runs of {shlex.join(saved['flags'])!r}, not "
                 f"{shlex.join(job_flags(job)['flags'])!r}: use another --grid-dir"
@@ -534,9 +560,23 @@ def print_jobs(jobs: list[Job]) -> list[str]:
     return states
 
 
+def make_grid_dir(grid_dir: str) -> None:
+    """Make the grid folder and try a file in it: one line and exit 1 if it cannot be written (before any job)."""
+    path = os.path.abspath(grid_dir)
+    if os.path.exists(path) and not os.path.isdir(path):
+        fail(f"--grid-dir {grid_dir} is a file, not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        fail(f"--grid-dir {grid_dir}: cannot write there ({error.strerror or error})")
+
+
 def launch(jobs: list[Job], options: Launch) -> int:
     """Runs the jobs that are not done (the others are skipped) and prints the summary. Returns the exit status: 0, 1 if
     a job failed or was busy, 130 if interrupted."""
+    make_grid_dir(options.grid_dir)
     states = {job: job_state(job.job_dir) for job in jobs}
     todo = [job for job in jobs if states[job][0] != "done"]
     skipped = len(jobs) - len(todo)
@@ -545,7 +585,6 @@ def launch(jobs: list[Job], options: Launch) -> int:
         f"{len(todo)} to run",
         flush=True,
     )
-    os.makedirs(os.path.abspath(options.grid_dir), exist_ok=True)
     if options.backend == "local":
         records, interrupted = run_local(todo, options.workers)
     else:

@@ -1,13 +1,14 @@
 """Wall-clock table of the RL scripts, like the paper's: milliseconds per iteration (one env step with its updates).
 
 Every script runs in this one process, at paper sizes unless flags say otherwise, on the same env. An iteration's time
-is measured by difference: the script's own `main()` is run to `--learning-starts` steps (no critic updates yet) and
-to `--learning-starts` + K steps, both from the same seed, and (T(start + K) - T(start)) / K is the cost of one
-iteration after learning starts: the env step, the world-model step and the `--updates-per-step` critic updates with
-their actor updates. K is chosen per script from probes of doubling length so that the timed part lasts about
-`--seconds`. FLOPs per iteration are counted the same way under `torch.utils.flop_counter.FlopCounterMode` (two short
-runs), and divided by the time to give the achieved FLOP/s, reported against the machine's dense fp32 matmul FLOP/s
-measured in the same process. With `--breakdown` (default) one critic update per script is also split by part (world-
+is measured by difference: the script's own `main()` is run to `--learning-starts` + 1 steps (the base: the first
+iteration with updates, the least a script runs, which also takes the one-off costs of a first update, compilation and
+CUDA-graph capture, out of the difference) and to `--learning-starts` + 1 + K steps, both from the same seed, and
+(T(start + 1 + K) - T(start + 1)) / K is the cost of one iteration after learning starts: the env step, the
+world-model step and the `--updates-per-step` critic updates with their actor updates. K is chosen per script from
+probes of doubling length so that the timed part lasts about `--seconds`. FLOPs per iteration are counted the same way
+under `torch.utils.flop_counter.FlopCounterMode` (two short runs), and divided by the time to give the achieved
+FLOP/s, reported against the machine's dense fp32 matmul FLOP/s measured in the same process. With `--breakdown` (default) one critic update per script is also split by part (world-
 model prior and decoder or flow, target actor, target critics, online critics with their double backprop, and the
 rest: loss, kernels, slicing and operations no module claims) and by pass (forward, backward), in FLOPs and ms, and
 for the DSDPG scripts set beside the arithmetic floor of the same mathematics (`arithmetic_floor`: every network once
@@ -20,9 +21,11 @@ Usage:
     python benchmarks/timing.py --scripts td3_huber dsdpg_msmmd_sobolev "dsdpg_msmmd_sobolev@world_model=flow"
     python benchmarks/timing.py --device cuda --env-id Humanoid-v4 --scripts dsdpg_mmd_sobolev \
         "dsdpg_mmd_sobolev@cudagraphs=true" --out benchmarks/timing/humanoid_cuda.json
-A script name may carry settings of its own after "@" (comma-separated name=value), e.g. a world-model variant or
-`cudagraphs=true` (CUDA graphs; FLOPs and the breakdown are always counted on the eager update, which does the same
-arithmetic). On a GPU every timed run is closed by a device synchronisation.
+A script name may carry settings of its own after "@" (comma-separated name=value), e.g. a world-model variant,
+`compile=true` or `cudagraphs=true` (CUDA graphs; FLOPs and the breakdown are always counted on the eager update,
+neither compiled nor captured, which does the same arithmetic). On a GPU every timed run is closed by a device
+synchronisation. Every flag, script and setting is checked before any work (one line, exit 1); an interrupted
+measurement (Ctrl-C, SIGTERM) writes nothing and keeps nothing to resume from.
 """
 
 import collections
@@ -33,11 +36,12 @@ import io
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NoReturn
 
 import torch
 import tyro
@@ -73,10 +77,17 @@ class Args:
     """extra `name=value` settings for every script's Args (e.g. hidden_dim=256), parsed as JSON when possible"""
 
 
+def fail(message: str) -> NoReturn:
+    """One line on stderr, exit status 1, no traceback."""
+    raise SystemExit(f"timing.py: error: {message}")
+
+
 def script_args(module, args: Args, total_timesteps: int, variant: list[str]):
     overrides = {}
     for item in args.script_flags + variant:
-        name, value = item.split("=", 1)
+        name, is_set, value = item.partition("=")
+        if not (name and is_set):
+            fail(f"{item!r}: a setting is name=value (--script-flags, or after a script's '@')")
         try:
             overrides[name] = json.loads(value)
         except json.JSONDecodeError:
@@ -94,7 +105,7 @@ def script_args(module, args: Args, total_timesteps: int, variant: list[str]):
             **overrides,
         )
     except TypeError as error:
-        raise SystemExit(f"timing.py: error: {module.__name__}: {error}") from None
+        fail(f"{module.__name__}: {error}")
 
 
 def synchronise(device: str) -> None:
@@ -103,8 +114,10 @@ def synchronise(device: str) -> None:
 
 
 def eager(variant: list[str]) -> list[str]:
-    """The settings without CUDA graphs: FLOPs are counted on the eager update (the graph replays the same kernels)."""
-    return [item for item in variant if not item.startswith("cudagraphs=")]
+    """The settings without compilation and CUDA graphs (the last setting of a name wins, --script-flags' included):
+    FLOPs are counted on the eager update (a graph replays the same kernels, compiled code does the same arithmetic,
+    and FlopCounterMode cannot see into either)."""
+    return [*variant, "compile=false", "cudagraphs=false"]
 
 
 def run(module, args: Args, total_timesteps: int, variant: list[str]) -> float:
@@ -121,6 +134,10 @@ def run(module, args: Args, total_timesteps: int, variant: list[str]) -> float:
                 module.main(script_args(module, args, total_timesteps, variant))
                 synchronise(args.device)
                 return time.perf_counter() - start
+        except SystemExit as error:  # the script's own "interrupted ...; resume with" names a checkpoint in `scratch`
+            if isinstance(error.__context__, KeyboardInterrupt):
+                raise KeyboardInterrupt from None
+            raise
         finally:
             os.chdir(cwd)
             vars(module).update(saved_globals)
@@ -141,7 +158,7 @@ class GlobalOnlyTracker:
 
 def flops_per_iteration(module, args: Args, variant: list[str]) -> float:
     counts = []
-    for extra in (0, args.flop_iterations):
+    for extra in (1, 1 + args.flop_iterations):  # from the base run, as the timing
         counter = FlopCounterMode(display=False)
         counter.mod_tracker = GlobalOnlyTracker()
         with counter:
@@ -304,30 +321,80 @@ def matmul_flops_per_second(device: str, n: int = 2048, repeats: int = 10) -> fl
 def timed_iterations(module, args: Args, variant: list[str]) -> int:
     """How many iterations take about `--seconds` beyond the base run: probes of 2, 4, 8, ... iterations until one
     lasts a quarter of that (shorter probes drown in the run-to-run noise of the base run), then scaled, at least 5."""
-    base = run(module, args, args.learning_starts, variant)
+    start = args.learning_starts + 1  # the base run: the first iteration with updates
+    base = run(module, args, start, variant)
     probe = 2
-    while (extra := run(module, args, args.learning_starts + probe, variant) - base) < args.seconds / 4:
+    while (extra := run(module, args, start + probe, variant) - base) < args.seconds / 4:
         probe *= 2
     return max(5, probe, math.ceil(probe * args.seconds / extra))
 
 
+def check_args(args: Args) -> list[tuple[str, object, list[str]]]:
+    """Every flag, script and setting checked before any work (each script's Args built, checked by the script's own
+    check_args, with its env and the memory check of open_run); exits in one line at the first problem. Returns the
+    (entry, module, settings) to time."""
+    if not (math.isfinite(args.seconds) and args.seconds > 0):
+        fail(f"--seconds must be a number > 0 (got {args.seconds})")
+    for flag, value, least in (("--flop-iterations", args.flop_iterations, 1), ("--learning-starts", args.learning_starts, 0)):
+        if value < least:
+            fail(f"{flag} must be >= {least} (got {value})")
+    if args.threads is not None and args.threads < 1:
+        fail(f"--threads must be >= 1 (got {args.threads})")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda: torch sees no CUDA GPU on this machine")
+    if not args.scripts:
+        fail("--scripts: name at least one script")
+    if args.out is not None:
+        folder = os.path.dirname(os.path.abspath(args.out))
+        try:
+            if os.path.isdir(args.out):
+                raise IsADirectoryError(21, "a folder")
+            with tempfile.TemporaryFile(dir=folder):  # the table is written at the end: its folder is tried now
+                pass
+        except OSError as error:
+            fail(f"--out {args.out}: cannot write there ({error.strerror or error})")
+    sys.path.insert(0, ROOT)
+    entries = []
+    for entry in args.scripts:
+        name, _, settings = entry.partition("@")
+        name = name.removesuffix(".py")
+        if name not in ALL_SCRIPTS:
+            fail(f"--scripts: {name!r} is not one of the RL scripts ({', '.join(ALL_SCRIPTS)})")
+        module, variant = importlib.import_module(name), settings.split(",") if settings else []
+        script_settings = script_args(module, args, args.learning_starts + 1, variant)
+        try:
+            module.check_args(script_settings)
+            env = module.make_env(script_settings)
+            importlib.import_module("run_bookkeeping").check_memory(
+                script_settings, env.observation_space.shape[0], env.action_space.shape[0]
+            )
+            env.close()
+        except ValueError as error:
+            fail(f"{entry}: {error}")
+        entries.append((entry, module, variant))
+    return entries
+
+
 def main(args: Args) -> None:
+    entries = check_args(args)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it as Ctrl-C does
+    try:
+        measure(args, entries)
+    except KeyboardInterrupt:
+        fail("interrupted: the measurement is lost and nothing was written (timing.py keeps nothing to resume from)")
+
+
+def measure(args: Args, entries: list[tuple[str, object, list[str]]]) -> None:
+    """The table: every script timed, its FLOPs counted (and its critic update broken down), printed and written."""
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("timing.py: error: --device cuda: torch sees no CUDA GPU on this machine")
-    sys.path.insert(0, ROOT)
     peak = matmul_flops_per_second(args.device)
     print(f"dense fp32 matmul: {peak / 1e9:.1f} GFLOP/s ({torch.get_num_threads()} threads)", file=sys.stderr)
     rows = []
-    for entry in args.scripts:
-        name, _, settings = entry.partition("@")
-        variant = settings.split(",") if settings else []
-        module = importlib.import_module(name.removesuffix(".py"))
+    for entry, module, variant in entries:
         iterations = timed_iterations(module, args, variant)
-        seconds = run(module, args, args.learning_starts + iterations, variant) - run(
-            module, args, args.learning_starts, variant
-        )
+        start = args.learning_starts + 1  # the base run: the first iteration with updates
+        seconds = run(module, args, start + iterations, variant) - run(module, args, start, variant)
         ms = 1e3 * seconds / iterations
         flops = flops_per_iteration(module, args, variant)
         rows.append(
@@ -371,7 +438,7 @@ def main(args: Args) -> None:
         lines += [f"| {p['part']} | {p['pass']} | {p['gflop']:.2f} | {p['ms']:.1f} |" for p in row["critic_update"]]
     print("\n".join(lines))
     if args.out:
-        with open(args.out, "w") as f:
+        with open(args.out, "w") as f:  # its folder was tried before the work
             json.dump(
                 {
                     "env_id": args.env_id,

@@ -194,6 +194,8 @@ def run_main(module, tmp_path, monkeypatch, name: str, **overrides) -> tuple[dic
     for key, value in dict(num_samples=4, num_samples_policy=3, noise_dim=8, slice_steps=5).items():
         if key in fields:
             tiny[key] = value
+    if not overrides.get("dyna", True):
+        del tiny["wm_hidden_dim"]  # td3_huber --no-dyna refuses world-model flags
     os.makedirs(tmp_path / name)
     monkeypatch.chdir(tmp_path / name)
     module.main(module.Args(**{**tiny, **overrides}))

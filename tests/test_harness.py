@@ -434,3 +434,32 @@ def test_trend_plots_the_tables_means_against_m(tmp_path, monkeypatch):
         seed=0,
     )
     assert "trend.png" not in written and "trend.png" not in dict(drawn)
+
+
+def test_a_job_dir_whose_flags_differ_only_by_flags_without_effect_is_the_jobs(tmp_path):
+    """A --no-dyna job run before world-model flags were refused with it (job.json holds --wm-hidden-dim) is the same
+    job as today's command without them: done, skipped, not refused; a flag that matters still is."""
+    model_free = TINY.replace(" --wm-hidden-dim 8", "")
+    job_dir = tmp_path / "grid" / "td3_huber" / "PointMass-v0" / "no-dyna" / "seed1"
+    old_flags = ["--env-id", "PointMass-v0", "--seed", "1", *TINY.split(), "--no-dyna"]
+    write_summary(job_dir / "runs" / "a_run", "td3_huber", "PointMass-v0", 1, [60], [1.0])
+    (job_dir / "job.json").write_text(json.dumps({"script": "td3_huber", "flags": old_flags}))
+    common = ("--common", model_free, "--flag-sets", "--no-dyna", "--grid-dir", "grid", "--dry-run")
+    result = run_tool(*"run_grid.py --scripts td3_huber --env-ids PointMass-v0 --seeds 1".split(), *common, cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.startswith("[done] "), result.stderr
+    changed = ("--common", model_free + " --gamma 0.9", *common[2:])
+    result = run_tool(*"run_grid.py --scripts td3_huber --env-ids PointMass-v0 --seeds 1".split(), *changed, cwd=tmp_path)
+    assert result.returncode == 1 and "use another --grid-dir" in result.stderr
+
+
+def test_a_grid_dir_that_cannot_be_written_is_one_line_before_any_job(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    for grid_dir, message in (
+        ("a_file", "--grid-dir a_file is a file, not a folder"),
+        ("a_file/grid", "--grid-dir a_file/grid: cannot write there (Not a directory)"),
+    ):
+        result = run_tool(
+            *"run_grid.py --scripts td3_huber --env-ids PointMass-v0 --seeds 1 --grid-dir".split(), grid_dir, cwd=tmp_path
+        )
+        assert result.returncode == 1 and result.stderr.strip() == f"run_grid.py: error: {message}", result.stderr
+        assert result.stdout == "" and sorted(path.name for path in tmp_path.iterdir()) == ["a_file"]

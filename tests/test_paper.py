@@ -169,3 +169,15 @@ def test_count_flops_with_nothing_missing_says_so(capsys):
     paper.count_flops(paper.CountFlops())
     [line] = capsys.readouterr().out.strip().splitlines()
     assert line.startswith("nothing to count: ") and line.endswith("FLOP counts the experiments need")
+
+
+@pytest.mark.parametrize("experiment", ["toy-rl", "runtime"])
+def test_a_grid_dir_that_cannot_be_written_is_one_line_before_any_work(tmp_path, experiment):
+    (tmp_path / "a_file").write_text("")
+    for grid_dir, message in (
+        ("a_file", "--grid-dir a_file is a file, not a folder"),
+        ("a_file/grid", "--grid-dir a_file/grid: cannot write there (Not a directory)"),
+    ):
+        result = paper_tool("run", experiment, "--grid-dir", grid_dir, cwd=tmp_path)
+        assert result.returncode == 1 and result.stderr.strip() == f"paper.py: error: {message}", result.stderr
+        assert result.stdout == "" and sorted(path.name for path in tmp_path.iterdir()) == ["a_file"]

@@ -4,6 +4,7 @@ non-zero exit and no traceback, and change nothing a run had written."""
 
 import hashlib
 import importlib
+import os
 import re
 import signal
 import subprocess
@@ -17,12 +18,14 @@ import torch
 from helpers import ROOT, error_lines, only_run_dir, read_summary, run_script
 
 import flag_extras
+import run_bookkeeping
 import td3_huber
 
 TINY = (
     "--env-id PointMass-v0 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 --batch-size 16 --updates-per-step 1 "
     "--eval-episodes 2 --contraction-frequency 0"
 ).split()
+MODEL_FREE = [*" ".join(TINY).replace(" --wm-hidden-dim 16", "").split(), "--no-dyna"]  # which refuses world-model flags
 
 
 def train(cwd: Path, *flags: str) -> Path:
@@ -43,7 +46,7 @@ def refused(result: subprocess.CompletedProcess, message: str) -> None:
 
 
 def test_a_run_stopped_by_sigterm_resumes_to_its_own_end_with_the_printed_command(tmp_path):
-    command = [sys.executable, str(ROOT / "td3_huber.py"), *TINY, *"--no-dyna --total-timesteps 3000".split()]
+    command = [sys.executable, str(ROOT / "td3_huber.py"), *MODEL_FREE, "--total-timesteps", "3000"]
     command += ["--eval-frequency", "1000"]
     process = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     drawn = ""
@@ -142,6 +145,8 @@ DISTRIBUTIONAL_MMD = ("mmd_critic", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev")
         (dict(obs_noise_scale=0.3), "--obs-noise-scale changes nothing without --obs-noise mult"),
         (dict(dyn_noise_std=0.05), "--dyn-noise-std changes nothing without --dyn-noise gauss"),
         (dict(kernel_bandwidth=1e200), "--kernel-bandwidth must be in (0, 1e6]"),
+        (dict(total_timesteps=3000), "--total-timesteps 3000 is not above --learning-starts 5000: no update would ever"),
+        (dict(total_timesteps=300, learning_starts=1000), "--total-timesteps 300 is not above --learning-starts 1000"),
     ],
 )
 def test_flags_out_of_range_or_without_effect_are_refused(script, flags, message):
@@ -157,6 +162,7 @@ def test_flags_out_of_range_or_without_effect_are_refused(script, flags, message
         obs_noise_scale=dict(obs_noise="mult", obs_noise_scale=0.3),
         dyn_noise_std=dict(dyn_noise="gauss", dyn_noise_std=0.05),
         kernel_bandwidth=dict(kernel_bandwidth=1e6),
+        total_timesteps=dict(total_timesteps=1001, learning_starts=1000),
     )[next(iter(flags))]
     module.check_args(module.Args(**fine))
 
@@ -167,3 +173,136 @@ def test_a_mujoco_v4_run_prints_no_upgrade_warning(tmp_path):
     result = run_script("td3_huber.py", *flags.split(), "--eval-frequency", "20", "--eval-episodes", "1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "out of date" not in result.stderr and "DeprecationWarning" not in result.stderr
+
+
+def test_a_resumed_run_that_would_never_update_is_refused(tmp_path):
+    """A run stopped before learning starts, resumed with a budget that ends before it too, is refused with the run's
+    own --learning-starts (the command line's default is not the run's); its checkpoint is left as it was."""
+    run_dir = train(tmp_path, "--total-timesteps", "200", "--eval-frequency", "100")
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    checkpoint["global_step"] = 50  # as if stopped at step 50, before the 100 random steps were over
+    torch.save(checkpoint, run_dir / "checkpoint.pt")
+    (run_dir / "summary.json").unlink()
+    before = hashes(tmp_path)
+    refused(
+        run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", "80", cwd=tmp_path),
+        "--total-timesteps 80 is not above the run's --learning-starts 100: no update would ever run",
+    )
+    assert hashes(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        dict(world_model="flow"),
+        dict(wm_hidden_dim=16),
+        dict(wm_learning_rate=1e-3),
+        dict(wm_updates_per_step=2),
+        dict(dyna_reward="model"),
+        dict(wm_hidden_dim=16, wm_learning_rate=1e-3),
+    ],
+)
+def test_world_model_flags_with_no_dyna_are_refused(flags):
+    """td3_huber --no-dyna builds no world model, so its flags change nothing there (a tiny run with and without them:
+    the same checkpoint to the bit): set, they are refused by name; with Dyna, or at their defaults, they pass."""
+    with pytest.raises(ValueError) as refused_flag:
+        td3_huber.check_args(td3_huber.Args(dyna=False, **flags))
+    names = ", ".join(f"--{name.replace('_', '-')}" for name in flags)
+    verb, them = ("changes", "it") if len(flags) == 1 else ("change", "them")
+    assert str(refused_flag.value) == f"{names} {verb} nothing with --no-dyna (drop {them}, or drop --no-dyna)"
+    td3_huber.check_args(td3_huber.Args(**flags))
+    td3_huber.check_args(td3_huber.Args(dyna=False))
+
+
+def test_a_run_started_with_flags_now_refused_still_resumes(tmp_path):
+    """A checkpoint written before such flags were refused (--no-dyna with --wm-hidden-dim) resumes: on resume they are
+    put back to their defaults for the check, as they changed nothing."""
+    result = run_script("td3_huber.py", *MODEL_FREE, "--total-timesteps", "200", "--eval-frequency", "100", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    checkpoint["args"]["wm_hidden_dim"] = 16
+    torch.save(checkpoint, run_dir / "checkpoint.pt")
+    (run_dir / "summary.json").unlink()
+    resumed = run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", "300", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_summary(run_dir)["eval_steps"] == [100, 200, 300]
+
+
+@pytest.mark.parametrize("script", helpers.RL_SCRIPTS)
+@pytest.mark.parametrize(
+    "flags, asked",
+    [
+        (dict(buffer_size=10**12), "the replay buffer of --buffer-size 1000000000000 would need ~"),
+        (dict(hidden_dim=10**8), "the networks of --hidden-dim 100000000, --wm-hidden-dim 1024 with their optimizer states"),
+        (dict(num_samples=10**8), "one update's largest tensor at --batch-size 256, --num-samples 100000000 would need ~"),
+    ],
+)
+def test_sizes_that_cannot_be_allocated_are_refused_before_any_work(tmp_path, monkeypatch, script, flags, asked):
+    """An order-of-magnitude estimate of what the run would allocate, against the machine's memory, made before anything
+    is allocated or written: one line with what was asked and what it needs."""
+    module = importlib.import_module(script)
+    if "num_samples" in flags and not hasattr(module.Args, "num_samples"):
+        pytest.skip("one return per pair")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as refused_run:
+        run_bookkeeping.open_run(module.Args(env_id="PointMass-v0", cuda=False, **flags), module)
+    message = str(refused_run.value)
+    assert message.startswith(f"{script}.py: error: {asked}") and "more than the" in message, message
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("script", helpers.RL_SCRIPTS)
+def test_the_paper_sizes_pass_the_memory_check(script):
+    """The paper's sizes on its largest task (Humanoid: 376 observations, 17 actions; 256 wide, batch 256, a million
+    transitions, 25 samples per pair at most) need ~3.5 GB: the replay buffer's 3.1 GB and a little more."""
+    module = importlib.import_module(script)
+    sizes = dict(hidden_dim=256, batch_size=256, buffer_size=10**6)
+    args = module.Args(**sizes, **(dict(num_samples=25) if hasattr(module.Args, "num_samples") else {}))
+    assert 3e9 < sum(run_bookkeeping.memory_needed(args, 376, 17).values()) < 4e9
+    run_bookkeeping.check_memory(args, 376, 17)
+
+
+@pytest.mark.parametrize("script", helpers.RL_SCRIPTS)
+def test_a_run_that_fails_at_its_start_leaves_no_folder(tmp_path, monkeypatch, script):
+    """--track without a W&B login fails in open_run, after the run folder was made: the folder (and `runs/`, new
+    here) is removed with the one-line refusal."""
+
+    def no_login(**kwargs):
+        raise RuntimeError("api_key not configured (no-tty)")
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=no_login))
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module(script)
+    with pytest.raises(SystemExit, match="--track: cannot start W&B"):
+        run_bookkeeping.open_run(module.Args(env_id="PointMass-v0", cuda=False, track=True), module)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_that_fails_before_its_first_step_leaves_no_folder(tmp_path):
+    """A failure after open_run made the folder but before the run started (here the replay buffer's allocation, made
+    to fail) leaves no empty folder behind when the process exits; a `runs/` it did not make stays."""
+    fails = (
+        "import replay_buffer, td3_huber\n"
+        "def no_memory(*args):\n    raise RuntimeError('cannot allocate the replay buffer')\n"
+        "replay_buffer.ReplayBuffer.__init__ = no_memory\n"
+        "td3_huber.main(td3_huber.Args(env_id='PointMass-v0', hidden_dim=16, wm_hidden_dim=16, cuda=False))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", fails],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 1 and "RuntimeError: cannot allocate the replay buffer" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "runs" / "kept").mkdir(parents=True)
+    result = subprocess.run(
+        [sys.executable, "-c", fails],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 1 and [path.name for path in (tmp_path / "runs").iterdir()] == ["kept"]

@@ -1,10 +1,15 @@
 """benchmarks/timing.py end to end at tiny sizes: it times scripts by difference, counts their FLOPs and writes the table."""
 
+import importlib
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
-from helpers import ROOT, run_script
+from helpers import ROOT, load_benchmark, run_script
 
 
 def test_timing_table_for_two_scripts(tmp_path):
@@ -81,3 +86,63 @@ def test_op_count_counts_an_iteration_by_difference(tmp_path):
     rows = [line.split("|")[2:5] for line in result.stdout.splitlines() if line.startswith("| td3_huber")]
     (ops1, mb1, mflop1), (ops2, mb2, mflop2) = [[float(value) for value in row] for row in rows]
     assert 0 < ops1 < ops2 and 0 < mb1 < mb2 and 0 < mflop1 < mflop2
+
+
+timing = load_benchmark("timing")
+TINY_TIMING = dict(env_id="PointMass-v0", script_flags=["hidden_dim=8", "wm_hidden_dim=8", "batch_size=16"], seconds=0.2)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(scripts=["nonexistent"]), "--scripts: 'nonexistent' is not one of the RL scripts (td3_huber, "),
+        (dict(script_flags=["hidden_dim"]), "'hidden_dim': a setting is name=value"),
+        (dict(scripts=["iqn@num_samples"]), "'num_samples': a setting is name=value"),
+        (dict(seconds=float("nan")), "--seconds must be a number > 0 (got nan)"),
+        (dict(flop_iterations=0), "--flop-iterations must be >= 1 (got 0)"),
+        (dict(threads=0), "--threads must be >= 1 (got 0)"),
+        (dict(out="no/such/folder/timing.json"), "--out no/such/folder/timing.json: cannot write there (No such file"),
+        (dict(scripts=["td3_huber@hidden_dim=0"]), "td3_huber@hidden_dim=0: hidden dims must be >= 1"),
+        (dict(scripts=["td3_huber@buffer_size=1000000000000"]), "td3_huber@buffer_size=1000000000000: the replay buffer"),
+    ],
+)
+def test_bad_flags_are_one_line_before_any_work(monkeypatch, settings, message):
+    """Every flag, script and script setting is checked before the first measurement (the matmul's), so a bad one costs
+    no work and loses none."""
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the work started")
+
+    monkeypatch.setattr(timing, "matmul_flops_per_second", no_work)
+    with pytest.raises(SystemExit) as refused:
+        timing.main(timing.Args(**{**TINY_TIMING, "scripts": ["td3_huber"], **settings}))
+    assert str(refused.value).startswith(f"timing.py: error: {message}"), refused.value
+
+
+def test_flops_are_counted_on_the_eager_update(monkeypatch):
+    """A script timed with compile=true or cudagraphs=true (in its settings or in --script-flags) has its FLOPs counted
+    on runs neither compiled nor captured: FlopCounterMode cannot count inside either."""
+    module = importlib.import_module("dsdpg_msmmd_sobolev")
+    seen = []
+    monkeypatch.setattr(module, "main", lambda args: seen.append((args.compile, args.cudagraphs)))
+    args = timing.Args(**{**TINY_TIMING, "script_flags": ["compile=true"]})
+    timing.flops_per_iteration(module, args, ["cudagraphs=true", "compile=true"])
+    assert seen == [(False, False), (False, False)]
+
+
+def test_sigterm_stops_timing_in_one_line_with_nothing_to_resume(tmp_path):
+    """SIGTERM (as Ctrl-C) in the middle of a script's timed run: one line saying the measurement is lost, no --resume
+    of a checkpoint in the scratch folder that is already deleted, nothing written."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "timing.py"), "--env-id", "PointMass-v0", "--seconds", "30"]
+    command += [*"--scripts td3_huber --script-flags hidden_dim=8 wm_hidden_dim=8 batch_size=16 --out t.json".split()]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stderr.readline().startswith("dense fp32 matmul")  # the scripts' runs start after this line
+    time.sleep(3.0)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1 and "Traceback" not in stderr and "--resume" not in stderr, stderr
+    assert stderr.strip() == (
+        "timing.py: error: interrupted: the measurement is lost and nothing was written (timing.py keeps nothing to "
+        "resume from)"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -1,8 +1,8 @@
 """Before/after wall clock of one script, interleaved in one process: the script of another checkout (BEFORE, e.g. a
 `git worktree` of an older commit) against this checkout's, run alternately so both see the same machine.
 
-An iteration's time is measured as in timing.py: the script's main() to --learning-starts steps and to
---learning-starts + K steps from the same seed, (T(start + K) - T(start)) / K.
+An iteration's time is measured as in timing.py: the script's main() to --learning-starts + 1 steps (the first
+iteration with updates) and to --learning-starts + 1 + K steps from the same seed, (T(start + 1 + K) - T(start + 1)) / K.
 
 Usage:
     git worktree add /tmp/before 4d3c251
@@ -58,8 +58,8 @@ def main(args: Args) -> None:
     results: dict[str, list[float]] = {name: [] for name in versions}
     for round_ in range(args.rounds):
         for name, module in versions.items():
-            base = timing.run(module, settings, args.learning_starts, [])
-            full = timing.run(module, settings, args.learning_starts + args.iterations, [])
+            base = timing.run(module, settings, args.learning_starts + 1, [])
+            full = timing.run(module, settings, args.learning_starts + 1 + args.iterations, [])
             results[name].append(1e3 * (full - base) / args.iterations)
             print(f"round {round_ + 1} {name}: {results[name][-1]:.0f} ms / iteration", flush=True)
     print(json.dumps(results))

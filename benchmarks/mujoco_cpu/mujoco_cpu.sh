@@ -20,18 +20,21 @@ UPDATES=1
 COMMON="--obs-noise mult --total-timesteps $STEPS --updates-per-step $UPDATES --hidden-dim 128 --wm-hidden-dim 256 \
 --batch-size 64 --learning-rate 3e-4 --wm-learning-rate 3e-4 --eval-frequency 10000 --eval-episodes 10 \
 --checkpoint-frequency 10000"
+MODEL_FREE=$(sed -E 's/ --wm-[a-z-]+ [^ ]+//g' <<< "$COMMON")  # --no-dyna builds no world model: its flags are refused
 grid() {  # ENV SEEDS SCRIPT [FLAG SETS...]: one worker of one thread; a failed run (named in the lane's log) does
-    local env=$1 seeds=$2 script=$3 rc=0  # not stop the lane, an interrupt (run_grid's exit 130) does
+    local env=$1 seeds=$2 script=$3 rc=0 common=$COMMON  # not stop the lane, an interrupt (run_grid's exit 130) does
     shift 3
+    [[ "${1:-}" != --no-dyna* ]] || common=$MODEL_FREE
     # shellcheck disable=SC2086
     python benchmarks/run_grid.py --scripts "$script" --env-ids "$env" --seeds $seeds --grid-dir "$GRID_DIR" \
-        --workers 1 --threads-per-job 1 --common "$COMMON" ${1+--flag-sets "$@"} || rc=$?
+        --workers 1 --threads-per-job 1 --common "$common" ${1+--flag-sets "$@"} || rc=$?
     [[ $rc != 130 ]] || exit 130
     [[ $rc == 0 ]] || failed=1
 }
 failed=0
 lane1() {
-    grid Hopper-v4 "1 2 3" td3_huber "--no-dyna --exp-name td3_huber_no_dyna" ""
+    grid Hopper-v4 "1 2 3" td3_huber "--no-dyna --exp-name td3_huber_no_dyna"
+    grid Hopper-v4 "1 2 3" td3_huber
     grid Hopper-v4 "1 2 3" mage_huber_sobolev
     grid Walker2d-v4 "1 2" td3_huber "--no-dyna --exp-name td3_huber_no_dyna"
     grid Walker2d-v4 "1 2" mage_huber_sobolev

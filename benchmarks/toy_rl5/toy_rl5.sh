@@ -21,9 +21,11 @@ WORKERS=${WORKERS:-2}
 COMMON="--total-timesteps 15000 --learning-starts 1000 --hidden-dim 64 --wm-hidden-dim 64 --batch-size 64 \
 --updates-per-step 2 --learning-rate 1e-3 --wm-learning-rate 1e-3 --eval-frequency 1000 --eval-episodes 20 \
 --checkpoint-frequency 5000"
+MODEL_FREE=$(sed -E 's/ --wm-[a-z-]+ [^ ]+//g' <<< "$COMMON")  # --no-dyna builds no world model: its flags are refused
 GRID="--env-ids PointMass-v0 PointMass5-v0 --seeds 1 2 3 4 5 --grid-dir $GRID_DIR --workers $WORKERS --threads-per-job 1"
 python benchmarks/run_grid.py --scripts td3_huber mage_huber_sobolev $GRID --common "$COMMON"
-python benchmarks/run_grid.py --scripts td3_huber $GRID --common "$COMMON" --flag-sets "--no-dyna --exp-name td3_huber_no_dyna"
+python benchmarks/run_grid.py --scripts td3_huber $GRID --common "$MODEL_FREE" \
+    --flag-sets "--no-dyna --exp-name td3_huber_no_dyna"
 python benchmarks/run_grid.py --scripts td3_huber $GRID --common "$COMMON" \
     --flag-sets "--dyna-reward model --exp-name td3_huber_model_reward"
 python benchmarks/run_grid.py --scripts mage_huber_sobolev $GRID --common "$COMMON" \

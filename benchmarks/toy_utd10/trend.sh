@@ -16,9 +16,10 @@ WORKERS=${WORKERS:-2}
 COMMON="--total-timesteps 10000 --learning-starts 1000 --hidden-dim 64 --wm-hidden-dim 64 --batch-size 64 \
 --updates-per-step 10 --learning-rate 1e-3 --wm-learning-rate 1e-3 --eval-frequency 1000 --eval-episodes 20 \
 --checkpoint-frequency 2000"
+MODEL_FREE=$(sed -E 's/ --wm-[a-z-]+ [^ ]+//g' <<< "$COMMON")  # --no-dyna builds no world model: its flags are refused
 SEEDS="--seeds 1 2 3 4 5 --grid-dir $GRID_DIR --workers $WORKERS --threads-per-job 1"
 python benchmarks/run_grid.py --scripts iqn mmd_critic --env-ids PointMass5-v0 $SEEDS --common "$COMMON --truncation 5"
-python benchmarks/run_grid.py --scripts td3_huber --env-ids PointMass3-v0 PointMass6-v0 $SEEDS --common "$COMMON" \
+python benchmarks/run_grid.py --scripts td3_huber --env-ids PointMass3-v0 PointMass6-v0 $SEEDS --common "$MODEL_FREE" \
     --flag-sets "--no-dyna --exp-name td3_huber_no_dyna"
 python benchmarks/run_grid.py --scripts mage_huber_sobolev --env-ids PointMass3-v0 PointMass6-v0 $SEEDS --common "$COMMON"
 python benchmarks/run_grid.py --scripts dsdpg_mmd_sobolev --env-ids PointMass3-v0 PointMass6-v0 $SEEDS \
