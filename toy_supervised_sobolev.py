@@ -469,8 +469,12 @@ def run_jobs(args: Args, jobs: list[tuple[Optional[int], str]], out_dir: str) ->
         )
         futures = {}
         try:
-            for job in sorted(jobs, key=lambda job: job_cost(args, job), reverse=True):
+            handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+            ignore_interrupts()  # the workers start (in submit) with both ignored: a Ctrl-C while one still imports
+            for job in sorted(jobs, key=lambda job: job_cost(args, job), reverse=True):  # torch cannot kill it
                 futures[job] = pool.submit(train_job, args, *job, out_dir, report_progress)
+            signal.signal(signal.SIGINT, handlers[0])
+            signal.signal(signal.SIGTERM, handlers[1])
             pending = set(futures.values())
             while pending:
                 _, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
