@@ -8,6 +8,7 @@ Usage:
     python benchmarks/aggregate.py runs_grid/pointmass --out results/pointmass
     python benchmarks/aggregate.py runs --bootstrap-samples 10000 --seed 1
     python benchmarks/aggregate.py runs_grid/pointmass --strict   # stop at the first unreadable summary.json
+    python benchmarks/aggregate.py runs_grid/pointmass --env-ids PointMass5-v0   # only that env's runs
 
 Writes to --out (default RUNS_DIR/aggregate):
     runs.csv          one row per run: script, env, noise, seed, final_eval_return, nauc, wall_time_s, run_dir
@@ -123,6 +124,8 @@ class Args:
     script[name=value], e.g. --split-by dyna_reward (or dyna-reward); a name no run has is refused"""
     strict: bool = False
     """stop at the first summary.json that is not a run summary (default: leave it out with a warning)"""
+    env_ids: list[str] = field(default_factory=list)
+    """aggregate only the runs of these env ids (default: every run; an id no run has is refused)"""
     until_step: int | None = None
     """read every run up to this env step: its final return is its last evaluation at or before it, its nAUC the mean of
     those (to set a longer grid beside a shorter one at the same horizon)"""
@@ -714,6 +717,11 @@ def main(args: Args) -> None:
         if stopped:
             fail(f"no summary.json under {args.runs_dir!r}; stopped on a non-finite loss: {', '.join(stopped)}")
         fail(f"no summary.json under {args.runs_dir!r}")
+    unknown = sorted(set(args.env_ids) - {run["env"] for run in runs})
+    if unknown:
+        have = ", ".join(sorted({run["env"] for run in runs}))
+        fail(f"--env-ids {', '.join(unknown)}: no run has that env id (the runs have {have})")
+    runs = [run for run in runs if run["env"] in args.env_ids] if args.env_ids else runs
     for name in split_by:
         if not any(name in run["args"] for run in runs):
             fail(f"--split-by {name}: no run has that setting (names as in summary.json's args, e.g. dyna_reward)")

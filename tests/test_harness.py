@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -463,3 +464,21 @@ def test_a_grid_dir_that_cannot_be_written_is_one_line_before_any_job(tmp_path):
         )
         assert result.returncode == 1 and result.stderr.strip() == f"run_grid.py: error: {message}", result.stderr
         assert result.stdout == "" and sorted(path.name for path in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_env_ids_aggregates_only_those_envs_and_refuses_an_unknown_one(tmp_path, capsys):
+    for env, final in (("PointMass3-v0", 1.0), ("PointMass5-v0", 5.0)):
+        for seed in (1, 2):
+            write_summary(tmp_path / "grid" / env / str(seed), "iqn", env, seed, [10, 20], [0.0, final])
+    args = aggregate.Args(str(tmp_path / "grid"), out=str(tmp_path / "out"), bootstrap_samples=20)
+    aggregate.main(replace(args, env_ids=["PointMass5-v0"]))
+    assert [(row["env"], row["final_eval_return"]) for row in read_csv(tmp_path / "out" / "runs.csv")] == [
+        ("PointMass5-v0", "5.0"),
+        ("PointMass5-v0", "5.0"),
+    ]
+    assert "trend.png" not in capsys.readouterr().out  # one M left: no trend
+    with pytest.raises(SystemExit) as refused:
+        aggregate.main(replace(args, env_ids=["PointMass5-v0", "Hopper-v4"]))
+    assert refused.value.code == (  # SystemExit(message): printed on stderr, exit status 1
+        "aggregate.py: error: --env-ids Hopper-v4: no run has that env id (the runs have PointMass3-v0, PointMass5-v0)"
+    )
