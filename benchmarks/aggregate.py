@@ -616,30 +616,32 @@ def plot_trend(path: str, groups: dict, rows: list[dict]) -> bool:
     trend_rows = [row for row in rows if POINT_MASS.fullmatch(row["env"])]
     if len({row["env"] for row in trend_rows}) < 2:
         return False
-    _, noises, scripts = panels(groups)
+    scripts = panels(groups)[2]
+    m_of = {row["env"]: int(POINT_MASS.fullmatch(row["env"]).group(1)) for row in trend_rows}
+    lines = defaultdict(list)  # (script, noise) -> its rows, in the table's order
+    for row in trend_rows:
+        lines[(row["script"], row["noise"])].append(row)
+    alone = defaultdict(list)  # M -> the lines with that one M only, whose points are set side by side, 0.06 apart
+    for key, members in lines.items():
+        if len(members) == 1:
+            alone[m_of[members[0]["env"]]].append(key)
+    shift = {key: 0.06 * (i - (len(keys) - 1) / 2) for keys in alone.values() for i, key in enumerate(keys)}
     fig, axes = plt.subplots(1, 2, figsize=(8.2, 3.6), squeeze=False, constrained_layout=True)
     for j, (metric, label) in enumerate(METRICS.items()):
         ax = axes[0, j]
-        for script in scripts:
-            for noise in noises:
-                line = sorted(
-                    (int(POINT_MASS.fullmatch(row["env"]).group(1)), row)
-                    for row in trend_rows
-                    if row["script"] == script and row["noise"] == noise
-                )
-                if not line:
-                    continue
-                m = np.array([point[0] for point in line])
-                mean, lo, hi = (np.array([point[1][c] for point in line]) for c in columns(metric, "mean"))
-                seeds = "/".join(str(point[1]["n_seeds"]) for point in line)
-                name = method_name(script) + ("" if noise == "none" else f", noise {noise}") + f" ({seeds})"
-                style = {"color": colour(scripts, script), "linestyle": line_style(scripts, script)}
-                if len(m) == 1:
-                    ax.errorbar(m, mean, yerr=[mean - lo, hi - mean], fmt="o", capsize=4, label=name, **style)
-                    continue
-                ax.plot(m, mean, marker="o", label=name, **style)
-                ax.fill_between(m, lo, hi, color=style["color"], alpha=0.12)
-        ax.set_xticks(sorted({int(POINT_MASS.fullmatch(row["env"]).group(1)) for row in trend_rows}))
+        for (script, noise), members in lines.items():
+            line = sorted((m_of[row["env"]], row) for row in members)
+            m = np.array([point[0] for point in line]) + shift.get((script, noise), 0.0)
+            mean, lo, hi = (np.array([point[1][c] for point in line]) for c in columns(metric, "mean"))
+            seeds = "/".join(str(point[1]["n_seeds"]) for point in line)
+            name = method_name(script) + ("" if noise == "none" else f", noise {noise}") + f" ({seeds})"
+            style = {"color": colour(scripts, script), "linestyle": line_style(scripts, script)}
+            if len(m) == 1:
+                ax.errorbar(m, mean, yerr=[mean - lo, hi - mean], fmt="o", capsize=4, label=name, **style)
+                continue
+            ax.plot(m, mean, marker="o", label=name, **style)
+            ax.fill_between(m, lo, hi, color=style["color"], alpha=0.12)
+        ax.set_xticks(sorted(set(m_of.values())))
         ax.set_xlabel("bonus locations M (PointMass<M>-v0)", fontsize=8)
         ax.set_ylabel(f"{label}, mean over seeds", fontsize=8)
         ax.tick_params(labelsize=7)
