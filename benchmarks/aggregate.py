@@ -69,7 +69,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -81,6 +80,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import tyro
 from rliable import library, metrics, plot_utils
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_grid import write_probe_error  # noqa: E402
 
 NOISE_ORDER = ("none", "mult", "gauss", "mult+gauss")
 METHODS = {  # exp_name -> the paper's name of the method and its colour, the same in every figure
@@ -662,11 +664,8 @@ def prepare_out(out: str) -> None:
     except OSError as error:
         where = "" if error.filename in (None, out) else f": {error.filename!r}"
         fail(f"output folder {out!r} cannot be created ({error.strerror or error}{where})")
-    try:
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as error:
-        fail(f"output folder {out!r} cannot be written ({error.strerror or error})")
+    if reason := write_probe_error(out):
+        fail(f"output folder {out!r} cannot be written ({reason})")
     for name in (*OUTPUTS, TREND):
         path = os.path.join(out, name)
         if os.path.lexists(path) and not (os.path.isfile(path) and os.access(path, os.W_OK)):

@@ -560,6 +560,16 @@ def print_jobs(jobs: list[Job]) -> list[str]:
     return states
 
 
+def write_probe_error(folder: str) -> str | None:
+    """Why a file cannot be written in `folder` (which exists), or None if one can: a probe file is created and
+    removed, since os.access says yes to root on a read-only folder. Shared by run_grid, aggregate and timing."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return None
+    except OSError as error:
+        return error.strerror or str(error)
+
+
 def make_grid_dir(grid_dir: str) -> None:
     """Make the grid folder and try a file in it: one line and exit 1 if it cannot be written (before any job)."""
     path = os.path.abspath(grid_dir)
@@ -567,10 +577,10 @@ def make_grid_dir(grid_dir: str) -> None:
         fail(f"--grid-dir {grid_dir} is a file, not a folder")
     try:
         os.makedirs(path, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
     except OSError as error:
         fail(f"--grid-dir {grid_dir}: cannot write there ({error.strerror or error})")
+    if reason := write_probe_error(path):
+        fail(f"--grid-dir {grid_dir}: cannot write there ({reason})")
 
 
 def launch(jobs: list[Job], options: Launch) -> int:

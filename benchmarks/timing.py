@@ -49,8 +49,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 from torch.utils.module_tracker import ModuleTracker
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ALL_SCRIPTS = ("td3_huber", "mage_huber_sobolev", "mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_grid import ALL_SCRIPTS, ROOT, write_probe_error  # noqa: E402
 
 
 @dataclass
@@ -344,15 +344,10 @@ def check_args(args: Args) -> list[tuple[str, object, list[str]]]:
         fail("--device cuda: torch sees no CUDA GPU on this machine")
     if not args.scripts:
         fail("--scripts: name at least one script")
-    if args.out is not None:
-        folder = os.path.dirname(os.path.abspath(args.out))
-        try:
-            if os.path.isdir(args.out):
-                raise IsADirectoryError(21, "a folder")
-            with tempfile.TemporaryFile(dir=folder):  # the table is written at the end: its folder is tried now
-                pass
-        except OSError as error:
-            fail(f"--out {args.out}: cannot write there ({error.strerror or error})")
+    if args.out is not None:  # the table is written at the end: its folder is tried now
+        reason = "a folder" if os.path.isdir(args.out) else write_probe_error(os.path.dirname(os.path.abspath(args.out)))
+        if reason:
+            fail(f"--out {args.out}: cannot write there ({reason})")
     sys.path.insert(0, ROOT)
     entries = []
     for entry in args.scripts:
