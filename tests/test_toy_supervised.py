@@ -338,7 +338,11 @@ def test_ctrl_c_stops_the_worker_processes_too(tmp_path):
         "--out-dir",
         str(out_dir),
     ]
-    process = start_and_wait_for_training(command, tmp_path, start_new_session=True)
+    # As a terminal's Ctrl-C finds it: SIGINT handled. A shell starts a background job (`pytest ... &`) with SIGINT
+    # ignored, the child would inherit that and ignore the Ctrl-C; this test must not depend on how pytest was started.
+    process = start_and_wait_for_training(
+        command, tmp_path, start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+    )
     os.killpg(process.pid, signal.SIGINT)
     returncode, stderr = finish(process)
     lines = message_lines(stderr)
