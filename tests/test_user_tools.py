@@ -5,10 +5,10 @@ checkpoint, a run folder, a smaller step budget, SIGTERM), the CPU cost note and
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import helpers
@@ -156,10 +156,13 @@ def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     note = process.stderr.readline()  # printed before the warm-up: one update's time x 3M steps is hours
     assert note.startswith("note: one update takes") and "s on this CPU" in note and "PointMass-v0" in note
-    drawn = ""
-    while drawn.count("it/s") < 2:  # the bar redrawn a second later: past the warm-up (100 steps)
-        drawn += process.stderr.read(1)
-    time.sleep(1.0)
+    drawn, shown = "", 0
+    while shown < 105:  # the bar (redrawn each second) shows the run past the warm-up (100 steps), whatever the load
+        character = process.stderr.read(1)
+        assert character, drawn  # the run ended before it got there
+        drawn += character
+        if character == "]":
+            shown = int(re.findall(r"(\d+)/3000000 \[", drawn)[-1])
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     lines = error_lines(subprocess.CompletedProcess(command, process.returncode, "", stderr))
