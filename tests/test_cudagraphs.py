@@ -291,3 +291,37 @@ def test_real_capture_on_a_gpu_trains_with_finite_losses(tmp_path, monkeypatch, 
     q_values = [value for _, value in graph_scalars["losses/qf1_values"]]
     assert max(q_values) - min(q_values) > 1e-4
     assert len(graph_summary["eval_returns"]) == len(eager_summary["eval_returns"]) == 3
+
+
+def largest_relative_difference(first: dict, second: dict) -> float:
+    """max |a - b| / max(|a|, |b|, 1e-6) over every scalar the two runs logged (the speed excepted)."""
+    assert first.keys() == second.keys()
+    worst = 0.0
+    for tag, values in first.items():
+        assert [step for step, _ in values] == [step for step, _ in second[tag]], tag
+        for (_, a), (_, b) in zip(values, second[tag]):
+            worst = max(worst, abs(a - b) / max(abs(a), abs(b), 1e-6))
+    return worst
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the real capture")
+@pytest.mark.parametrize("script, options", [(script, {}) for script in RL_SCRIPTS] + OTHER_UPDATE_PATHS)
+def test_real_capture_gives_the_eager_numbers_on_a_gpu(tmp_path, monkeypatch, script, options):
+    """On a GPU (skipped here): a --cudagraphs run logs the numbers of the eager run that uses the same (capturable)
+    RAdam, to float rounding; the eager run with the default RAdam differs from both by the optimizer's rounding only,
+    printed (pytest -s) beside the capture's own difference."""
+    module = importlib.import_module(script.removesuffix(".py"))
+    default_scalars, default_summary = run_main(module, tmp_path, monkeypatch, "default", cuda=True, **options)
+    graph_scalars, graph_summary = run_main(module, tmp_path, monkeypatch, "graphs", cuda=True, cudagraphs=True, **options)
+    radam = torch.optim.RAdam
+    monkeypatch.setattr(
+        torch.optim, "RAdam", lambda params, *a, capturable=False, **k: radam(params, *a, capturable=True, **k)
+    )
+    eager_scalars, eager_summary = run_main(module, tmp_path, monkeypatch, "eager", cuda=True, **options)
+    captured = largest_relative_difference(graph_scalars, eager_scalars)
+    optimizer = largest_relative_difference(default_scalars, eager_scalars)
+    print(
+        f"\n{script} {options}: graphs vs eager (same RAdam) {captured:.2e}; eager default vs capturable RAdam {optimizer:.2e}"
+    )
+    assert captured <= 1e-4, captured
+    assert len(graph_summary["eval_returns"]) == len(eager_summary["eval_returns"]) == len(default_summary["eval_returns"])
