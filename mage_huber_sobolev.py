@@ -80,6 +80,8 @@ class Args:
     """clip of the target-policy smoothing noise"""
     double_q: bool = True
     """bootstrap from the minimum of the two target critics (off: from critic 1 alone; the overestimation ablation)"""
+    td_loss: Literal["huber", "mse"] = "huber"
+    """the loss on the value and action-gradient errors: `huber` (delta 1, the paper's) or `mse` (MAGE's own L2 form)"""
     hidden_dim: int = 400
     """width of the actor's and the critics' two hidden layers"""
     grad_loss_weight: float = 5.0
@@ -380,10 +382,13 @@ def sobolev_samples(critic: Critic, obs: torch.Tensor, actions: torch.Tensor) ->
     return torch.cat([q_values.unsqueeze(-1), dq_da], -1)
 
 
-def critic_loss(predictions: torch.Tensor, targets: torch.Tensor, grad_loss_weight: float) -> torch.Tensor:
-    """Huber(Q - y) + weight x Huber(dQ/da - dy/da) summed over actions, mean over the batch, summed over the critics:
-    predictions (E, B, 1+A), targets (B, 1+A)."""
-    errors = F.huber_loss(predictions, targets.expand_as(predictions), reduction="none")  # (E, B, 1+A)
+def critic_loss(
+    predictions: torch.Tensor, targets: torch.Tensor, grad_loss_weight: float, td_loss: str = "huber"
+) -> torch.Tensor:
+    """L(Q - y) + weight x L(dQ/da - dy/da) summed over actions, L Huber (delta 1) or the square, mean over the batch,
+    summed over the critics: predictions (E, B, 1+A), targets (B, 1+A)."""
+    loss = F.huber_loss if td_loss == "huber" else F.mse_loss
+    errors = loss(predictions, targets.expand_as(predictions), reduction="none")  # (E, B, 1+A)
     return (errors[..., 0] + grad_loss_weight * errors[..., 1:].sum(-1)).mean(1).sum()
 
 
@@ -469,7 +474,7 @@ def main(args: Args) -> None:
             args.dyna_reward,
         )  # (B, 1+A)
         predictions = sobolev_samples(critic, data.obs, data.actions)  # (2, B, 1+A)
-        qf_loss = critic_loss(predictions, targets, args.grad_loss_weight)
+        qf_loss = critic_loss(predictions, targets, args.grad_loss_weight, args.td_loss)
 
         critic_optimizer.zero_grad()
         qf_loss.backward()

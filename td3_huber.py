@@ -81,6 +81,8 @@ class Args:
     """clip of the target-policy smoothing noise"""
     double_q: bool = True
     """bootstrap from the minimum of the two target critics (off: from critic 1 alone; the overestimation ablation)"""
+    td_loss: Literal["huber", "mse"] = "huber"
+    """the TD loss: `huber` (delta 1, the paper's TD3 baseline) or `mse` (Fujimoto's and CleanRL's TD3)"""
     hidden_dim: int = 400
     """width of the actor's and the critics' two hidden layers"""
 
@@ -372,9 +374,10 @@ def td_targets(
         return rewards + gamma * (1.0 - data.terminations) * next_q
 
 
-def critic_loss(predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Huber TD loss, mean over the batch, summed over the critics: predictions (E, B), targets (B,)."""
-    return F.huber_loss(predictions, targets.expand_as(predictions), reduction="none").mean(1).sum()
+def critic_loss(predictions: torch.Tensor, targets: torch.Tensor, td_loss: str = "huber") -> torch.Tensor:
+    """Huber (delta 1) or squared TD loss, mean over the batch, summed over the critics: predictions (E, B), targets (B,)."""
+    loss = F.huber_loss if td_loss == "huber" else F.mse_loss
+    return loss(predictions, targets.expand_as(predictions), reduction="none").mean(1).sum()
 
 
 def contraction_factor(
@@ -459,7 +462,7 @@ def main(args: Args) -> None:
             args.dyna_reward,
         )  # (B,)
         predictions = critic(data.obs, data.actions)  # (2, B)
-        qf_loss = critic_loss(predictions, targets)
+        qf_loss = critic_loss(predictions, targets, args.td_loss)
 
         critic_optimizer.zero_grad()
         qf_loss.backward()

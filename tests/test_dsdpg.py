@@ -350,6 +350,8 @@ def test_mage_loss_by_hand():
     targets = torch.tensor([[0.0, 0.0, 0.0]])
     # critic 1: value error 1 -> 0.5; gradient errors 0.5 -> 0.125 and 2 -> 1.5; critic 2: 0
     assert mage.critic_loss(predictions, targets, 5.0).item() == pytest.approx(0.5 + 5 * (0.125 + 1.5))
+    # --td-loss mse, MAGE's own L2 form: value error 1 -> 1; gradient errors 0.5 -> 0.25 and 2 -> 4
+    assert mage.critic_loss(predictions, targets, 5.0, "mse").item() == pytest.approx(1.0 + 5 * (0.25 + 4.0))
 
 
 # END TO END

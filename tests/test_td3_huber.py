@@ -1,6 +1,7 @@
 """Tests of td3_huber.py: wrappers against their statistics, networks and targets against independent computations,
 the world model against a known stochastic system, and the script end to end as a user runs it."""
 
+import dataclasses
 import math
 import shutil
 
@@ -163,6 +164,32 @@ def test_huber_critic_loss_by_hand():
     targets = torch.tensor([0.5, 0.0])
     # critic 1: errors 0.5 (quadratic 0.125), 3 (linear 2.5); critic 2: 0.5 (0.125), 1 (boundary 0.5)
     assert critic_loss(q, targets).item() == pytest.approx((0.125 + 2.5) / 2 + (0.125 + 0.5) / 2)
+    assert critic_loss(q, targets, "huber").item() == critic_loss(q, targets).item()
+
+
+def test_mse_critic_loss_by_hand():
+    q = torch.tensor([[0.0, 3.0], [1.0, -1.0]])
+    targets = torch.tensor([0.5, 0.0])
+    # Fujimoto's TD3: the squared errors' mean per critic, summed: critic 1 (0.25 + 9) / 2, critic 2 (0.25 + 1) / 2
+    assert critic_loss(q, targets, "mse").item() == pytest.approx((0.25 + 9.0) / 2 + (0.25 + 1.0) / 2)
+
+
+@pytest.mark.parametrize("td_loss", ["huber", "mse"])
+def test_the_critic_update_uses_the_td_loss_flag(tmp_path, monkeypatch, td_loss):
+    """--td-loss reaches the loss the script's critic update computes (the call site, not only the function)."""
+    seen = []
+    loss = td3_huber.critic_loss
+
+    def recorded(predictions, targets, *rest):
+        seen.append(rest)
+        return loss(predictions, targets, *rest)
+
+    monkeypatch.setattr(td3_huber, "critic_loss", recorded)
+    monkeypatch.chdir(tmp_path)
+    args = Args(env_id="PointMass-v0", dyna=False, total_timesteps=120, learning_starts=100, hidden_dim=16, batch_size=16)
+    td3_huber.main(dataclasses.replace(args, updates_per_step=1, eval_frequency=120, eval_episodes=1, td_loss=td_loss))
+    assert len(seen) >= 20 and set(seen) == {(td_loss,)}  # 20 steps of 1 update (and the CPU note's priced one)
+    assert read_summary(only_run_dir(tmp_path))["args"]["td_loss"] == td_loss
 
 
 def test_running_normaliser_matches_numpy():
