@@ -87,6 +87,7 @@ from run_grid import write_probe_error  # noqa: E402
 NOISE_ORDER = ("none", "mult", "gauss", "mult+gauss")
 METHODS = {  # exp_name -> the paper's name of the method and its colour, the same in every figure
     "td3_huber_no_dyna": ("TD3", "tab:gray"),
+    "td3_mse_no_dyna": ("TD3-MSE", "navy"),
     "td3_huber": ("TD3 (Dyna)", "tab:brown"),
     "mage_huber_sobolev": ("MAGE", "tab:orange"),
     "iqn": ("IQN", "tab:olive"),
@@ -98,7 +99,7 @@ METHODS = {  # exp_name -> the paper's name of the method and its colour, the sa
     "mage_huber_sobolev_model_reward": ("MAGE, model reward", "tab:blue"),
 }
 SCRIPT_ORDER = tuple(METHODS)  # tables and figures list the methods in this order, then the others alphabetically
-OTHER_COLOURS = ("black", "gold", "navy", "lime", "teal", "crimson")
+OTHER_COLOURS = ("black", "gold", "lime", "teal", "crimson", "sienna")
 DEFAULT_OBS_NOISE_SCALE = 0.2
 IGNORED_SETTINGS = ("seed", "resume", "cuda")
 """Args that may differ between the seeds of one group"""
