@@ -24,8 +24,9 @@ Usage:
 A script name may carry settings of its own after "@" (comma-separated name=value), e.g. a world-model variant,
 `compile=true` or `cudagraphs=true` (CUDA graphs; FLOPs and the breakdown are always counted on the eager update,
 neither compiled nor captured, which does the same arithmetic). On a GPU every timed run is closed by a device
-synchronisation. Every flag, script and setting is checked before any work (one line, exit 1); an interrupted
-measurement (Ctrl-C, SIGTERM) writes nothing and keeps nothing to resume from.
+synchronisation. Every flag, script and setting is checked before any work (one line, exit 1); `--out` is
+written after every script ("complete": false until the last): a measurement interrupted (Ctrl-C, SIGTERM, a lent
+GPU's time limit) keeps the scripts it finished and loses the one in progress; nothing is kept to resume from.
 """
 
 import collections
@@ -373,19 +374,46 @@ def check_args(args: Args) -> list[tuple[str, object, list[str]]]:
 def main(args: Args) -> None:
     entries = check_args(args)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it as Ctrl-C does
+    rows: list[dict] = []
     try:
-        measure(args, entries)
+        measure(args, entries, rows)
     except KeyboardInterrupt:
+        if args.out and rows:
+            fail(
+                f'interrupted: the {len(rows)} script(s) timed so far are in {args.out} ("complete": false); the one in '
+                "progress is lost (timing.py keeps nothing to resume from)"
+            )
         fail("interrupted: the measurement is lost and nothing was written (timing.py keeps nothing to resume from)")
 
 
-def measure(args: Args, entries: list[tuple[str, object, list[str]]]) -> None:
-    """The table: every script timed, its FLOPs counted (and its critic update broken down), printed and written."""
+def write_table(args: Args, peak: float, where: str, rows: list[dict], complete: bool) -> None:
+    """--out: the table as JSON (its folder was tried before the work); written after every script, so a measurement
+    cut short (a lent GPU's time limit, Ctrl-C) keeps the scripts it finished, marked "complete": false."""
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(
+                {
+                    "env_id": args.env_id,
+                    "device": where,
+                    "threads": torch.get_num_threads(),
+                    "matmul_gflops": peak / 1e9,
+                    "settings": vars(args),
+                    "complete": complete,
+                    "rows": rows,
+                },
+                f,
+                indent=2,
+            )
+
+
+def measure(args: Args, entries: list[tuple[str, object, list[str]]], rows: list[dict]) -> None:
+    """The table: every script timed, its FLOPs counted (and its critic update broken down), printed and written; `rows`
+    (empty) receives each script's row as it is finished."""
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     peak = matmul_flops_per_second(args.device)
     print(f"dense fp32 matmul: {peak / 1e9:.1f} GFLOP/s ({torch.get_num_threads()} threads)", file=sys.stderr)
-    rows = []
+    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} threads"
     for entry, module, variant in entries:
         iterations = timed_iterations(module, args, variant)
         start = args.learning_starts + 1  # the base run: the first iteration with updates
@@ -403,11 +431,12 @@ def measure(args: Args, entries: list[tuple[str, object, list[str]]]) -> None:
         )
         if args.breakdown:
             rows[-1]["critic_update"], rows[-1]["critic_update_floor_gflop"] = critic_update_breakdown(module, args, variant)
+        rows[-1]["ratio"] = ms / rows[0]["ms_per_iteration"]
+        rows[-1]["fraction_of_matmul"] = rows[-1]["gflops"] * 1e9 / peak
+        write_table(args, peak, where, rows, complete=False)
         print(
             f"{entry}: {ms:.1f} ms/iteration over {iterations} iterations, {flops / 1e9:.2f} GFLOP/iteration", file=sys.stderr
         )
-    reference = rows[0]["ms_per_iteration"]
-    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} threads"
     lines = [
         f"Env {args.env_id}, {where}, dense fp32 matmul {peak / 1e9:.1f} GFLOP/s.",
         "",
@@ -415,8 +444,6 @@ def measure(args: Args, entries: list[tuple[str, object, list[str]]]) -> None:
         "|---|---|---|---|---|---|",
     ]
     for row in rows:
-        row["ratio"] = row["ms_per_iteration"] / reference
-        row["fraction_of_matmul"] = row["gflops"] * 1e9 / peak
         lines.append(
             f"| {row['script']} | {row['ms_per_iteration']:.1f} | {row['ratio']:.2f} | "
             f"{row['gflop_per_iteration']:.2f} | {row['gflops']:.1f} | {100 * row['fraction_of_matmul']:.0f} % |"
@@ -432,20 +459,7 @@ def measure(args: Args, entries: list[tuple[str, object, list[str]]]) -> None:
         lines += ["", "| part | pass | GFLOP | ms |", "|---|---|---|---|"]
         lines += [f"| {p['part']} | {p['pass']} | {p['gflop']:.2f} | {p['ms']:.1f} |" for p in row["critic_update"]]
     print("\n".join(lines))
-    if args.out:
-        with open(args.out, "w") as f:  # its folder was tried before the work
-            json.dump(
-                {
-                    "env_id": args.env_id,
-                    "device": where,
-                    "threads": torch.get_num_threads(),
-                    "matmul_gflops": peak / 1e9,
-                    "settings": vars(args),
-                    "rows": rows,
-                },
-                f,
-                indent=2,
-            )
+    write_table(args, peak, where, rows, complete=True)
 
 
 if __name__ == "__main__":

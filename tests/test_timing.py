@@ -146,3 +146,31 @@ def test_sigterm_stops_timing_in_one_line_with_nothing_to_resume(tmp_path):
         "resume from)"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupted_table_keeps_the_scripts_it_finished(tmp_path, monkeypatch):
+    """--out is written after every script: interrupted in the second script's runs, the JSON holds the first one's row,
+    marked incomplete, and the one line says so; an uninterrupted table is marked complete."""
+    monkeypatch.chdir(tmp_path)
+    args = timing.Args(**{**TINY_TIMING, "scripts": ["td3_huber", "td3_huber@hidden_dim=16"], "out": "t.json"})
+    run, calls = timing.run, []
+
+    def interrupted_in_the_second_script(module, args, total_timesteps, variant):
+        calls.append(variant)
+        if variant == ["hidden_dim=16"]:
+            raise KeyboardInterrupt
+        return run(module, args, total_timesteps, variant)
+
+    monkeypatch.setattr(timing, "run", interrupted_in_the_second_script)
+    with pytest.raises(SystemExit) as stop:
+        timing.main(args)
+    assert str(stop.value) == (
+        'timing.py: error: interrupted: the 1 script(s) timed so far are in t.json ("complete": false); the one in '
+        "progress is lost (timing.py keeps nothing to resume from)"
+    )
+    table = json.loads((tmp_path / "t.json").read_text())
+    assert table["complete"] is False and [row["script"] for row in table["rows"]] == ["td3_huber"]
+    assert table["rows"][0]["ratio"] == 1.0 and table["rows"][0]["ms_per_iteration"] > 0
+    monkeypatch.setattr(timing, "run", run)
+    timing.main(timing.Args(**{**TINY_TIMING, "scripts": ["td3_huber"], "out": "t.json"}))
+    assert json.loads((tmp_path / "t.json").read_text())["complete"] is True
