@@ -139,7 +139,10 @@ def check_args(args: Args) -> None:
         lambda: [  # this script's own flags, checked after the sizes of those every script has
             (args.num_samples >= 2 and args.num_samples_policy >= 1, "--num-samples must be >= 2, --num-samples-policy >= 1"),
             (args.noise_dim >= 1, "--noise-dim must be >= 1"),
-            (0 < args.kernel_bandwidth <= 1e6, "--kernel-bandwidth must be in (0, 1e6]"),  # h^2 |x - y|^2 stays finite
+            (  # h^2 |x - y|^2 stays finite; below 0.01 the float32 kernel is constant for returns < 0.05 apart
+                0.01 <= args.kernel_bandwidth <= 1e6,
+                "--kernel-bandwidth must be in [0.01, 1e6]: below 0.01 the float32 kernel cannot tell returns 0.05 apart",
+            ),
             (
                 0 <= args.truncation and 2 * args.num_samples - round(2 * args.num_samples * args.truncation / 100) >= 2,
                 "--truncation must be >= 0 and keep at least 2 of the 2N target points",

@@ -144,7 +144,9 @@ DISTRIBUTIONAL_MMD = ("mmd_critic", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev")
         (dict(seed=2**32), "--seed must be in [0, 2^32) (got 4294967296)"),
         (dict(obs_noise_scale=0.3), "--obs-noise-scale changes nothing without --obs-noise mult"),
         (dict(dyn_noise_std=0.05), "--dyn-noise-std changes nothing without --dyn-noise gauss"),
-        (dict(kernel_bandwidth=1e200), "--kernel-bandwidth must be in (0, 1e6]"),
+        (dict(kernel_bandwidth=1e200), "--kernel-bandwidth must be in [0.01, 1e6]"),
+        (dict(kernel_bandwidth=1e-200), "--kernel-bandwidth must be in [0.01, 1e6]: below 0.01 the float32 kernel"),
+        (dict(kernel_bandwidth=0.0099), "--kernel-bandwidth must be in [0.01, 1e6]"),
         (dict(total_timesteps=3000), "--total-timesteps 3000 is not above --learning-starts 5000: no update would ever"),
         (dict(total_timesteps=300, learning_starts=1000), "--total-timesteps 300 is not above --learning-starts 1000"),
     ],
@@ -161,10 +163,19 @@ def test_flags_out_of_range_or_without_effect_are_refused(script, flags, message
         seed=dict(seed=0 if flags.get("seed", 0) < 0 else 2**32 - 1),
         obs_noise_scale=dict(obs_noise="mult", obs_noise_scale=0.3),
         dyn_noise_std=dict(dyn_noise="gauss", dyn_noise_std=0.05),
-        kernel_bandwidth=dict(kernel_bandwidth=1e6),
+        kernel_bandwidth=dict(kernel_bandwidth=1e6 if flags.get("kernel_bandwidth", 1) > 1 else 0.01),
         total_timesteps=dict(total_timesteps=1001, learning_starts=1000),
     )[next(iter(flags))]
     module.check_args(module.Args(**fine))
+
+
+def test_the_bandwidth_floor_is_where_the_float32_kernel_stops_telling_returns_apart():
+    """The floor's reason, on the real kernel: at h = 0.01, returns 0.05 apart give a float32 kernel value other than
+    the diagonal's -1 (the loss sees them apart); at h = 0.001 the same returns give exactly -1 (the loss does not)."""
+    mmd_critic = importlib.import_module("mmd_critic")
+    returns = torch.tensor([[0.0], [0.05]])  # (n, d)
+    assert mmd_critic.multiquadric_kernel(returns, returns, 0.01)[0, 1].item() != -1.0
+    assert mmd_critic.multiquadric_kernel(returns, returns, 0.001)[0, 1].item() == -1.0
 
 
 def test_a_mujoco_v4_run_prints_no_upgrade_warning(tmp_path):
