@@ -351,9 +351,22 @@ def restore(checkpoint: dict, stateful: dict, env: gym.Env, device: torch.device
     return tuple(checkpoint[name] for name in counters)
 
 
-def evaluate_saved_model(args, script: ModuleType) -> None:
-    """--evaluate: the saved actor over --eval-episodes deterministic episodes of its run's env, with the run's noise
-    settings and evaluation seeds; mean +- std printed and written to evaluation.json beside the model."""
+NOISE_FLAGS = ("obs_noise", "obs_noise_scale", "dyn_noise", "dyn_noise_std")
+"""the experiment's noise: --evaluate takes these from the command line where given there, else from the run"""
+
+
+def given(argv: list[str], name: str) -> bool:
+    """Whether the flag of Args field `name` is on the command line `argv` (tyro fills in its default otherwise)."""
+    flag = "--" + name.replace("_", "-")
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+
+
+def evaluate_saved_model(args, script: ModuleType, argv: list[str] | None = None) -> None:
+    """--evaluate: the saved actor over --eval-episodes deterministic episodes of its run's env and evaluation seeds,
+    under the run's noise settings, or under the noise flags given on the command line `argv` (sys.argv; said in one
+    line: evaluating a policy under other noise is an experiment of its own); mean +- std printed and written to
+    evaluation.json beside the model, with the noise it was evaluated under and the noise the run trained with."""
+    argv = sys.argv[1:] if argv is None else argv
     args.evaluate = file_in_run(args.evaluate, "model.pt", "checkpoint.pt")
     script.check_args(args)
     saved = load_checkpoint(args.evaluate, script)
@@ -361,6 +374,14 @@ def evaluate_saved_model(args, script: ModuleType) -> None:
         run_args = script.Args(**saved["args"])
         if args.env_id not in (script.Args.env_id, run_args.env_id):
             raise ValueError(f"{args.evaluate!r} holds a policy for {run_args.env_id}, not for {args.env_id}")
+        trained_noise = {name: getattr(run_args, name) for name in NOISE_FLAGS}
+        for name in NOISE_FLAGS:
+            if given(argv, name):
+                setattr(run_args, name, getattr(args, name))
+        if (noise := {name: getattr(run_args, name) for name in NOISE_FLAGS}) != trained_noise:
+            differ = [name for name in NOISE_FLAGS if noise[name] != trained_noise[name]]
+            said = ", ".join(f"--{name.replace('_', '-')} {noise[name]} (trained: {trained_noise[name]})" for name in differ)
+            print(f"evaluating under the noise given: {said}", file=sys.stderr)
         run_args.eval_episodes, run_dir = args.eval_episodes, os.path.dirname(os.path.abspath(args.evaluate))
         writable_folder(run_dir)
         env = (
@@ -379,8 +400,8 @@ def evaluate_saved_model(args, script: ModuleType) -> None:
     result = {
         "model": args.evaluate,
         "env_id": run_args.env_id,
-        "obs_noise": run_args.obs_noise,
-        "dyn_noise": run_args.dyn_noise,
+        **{name: getattr(run_args, name) for name in NOISE_FLAGS},
+        "trained_noise": trained_noise,
         "episodes": len(returns),
         "mean_return": float(np.mean(returns)),
         "std_return": float(np.std(returns)),

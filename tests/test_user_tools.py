@@ -116,6 +116,22 @@ def test_evaluate_reproduces_the_final_evaluation_and_refuses_other_models(tmp_p
         assert result.returncode == 1 and len(lines) == 1 and message in lines[0], result.stderr
 
 
+def test_evaluate_under_noise_flags_given_says_so_and_records_it(tmp_path):
+    """--evaluate RUN --obs-noise mult on a run trained without noise evaluates under the noise (one line says so) and
+    evaluation.json records both; without noise flags it evaluates under the run's own settings (no line)."""
+    run_dir = train(tmp_path, "--total-timesteps", "250", "--eval-frequency", "250", "--save-model")
+    noisy = run_script("td3_huber.py", "--evaluate", str(run_dir), "--eval-episodes", "3", "--obs-noise", "mult", cwd=tmp_path)
+    assert noisy.returncode == 0, noisy.stderr
+    assert "evaluating under the noise given: --obs-noise mult (trained: none)" in noisy.stderr
+    evaluation = json.loads((run_dir / "evaluation.json").read_text())
+    assert evaluation["obs_noise"] == "mult" and evaluation["obs_noise_scale"] == 0.2
+    assert evaluation["trained_noise"]["obs_noise"] == "none"
+    plain = run_script("td3_huber.py", "--evaluate", str(run_dir), "--eval-episodes", "3", cwd=tmp_path)
+    assert plain.returncode == 0 and "evaluating under" not in plain.stderr, plain.stderr
+    again = json.loads((run_dir / "evaluation-2.json").read_text())
+    assert again["obs_noise"] == "none" and again["trained_noise"] == evaluation["trained_noise"]
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_damaged_checkpoints_are_refused_in_one_line(tmp_path, script):
     """Every file once with td3_huber.py (--resume and --evaluate), garbage with the others (the same code in each)."""
