@@ -629,7 +629,29 @@ def check_args(args: Args) -> Optional[str]:
         return f"--num-points: repeated size in {' '.join(map(str, args.num_points))}"
     if not args.unlimited and not args.num_points:
         return "nothing to run: --no-unlimited and no --num-points"
-    return None
+    return memory_problem(args)
+
+
+def memory_problem(args: Args) -> Optional[str]:
+    """Whether the trainings running at once would need more memory than they train in (the GPU's with --cuda and one,
+    else this machine's RAM), by an order-of-magnitude lower bound: per worker, the weights four times (weights,
+    gradients, RAdam's two moments) and the largest hidden activation of a step or an evaluation."""
+    jobs = (1 if args.unlimited else 0) + len(args.num_points)
+    workers = min(args.num_workers, jobs * len(args.variants))
+    weights = (1 + args.noise_dim) * args.hidden_dim + args.hidden_dim**2 + 2 * args.hidden_dim + 1
+    rows = max(args.batch_size * max(args.model_samples, args.targets_per_x), args.eval_points * args.eval_samples)
+    needed = {"the weights": 4 * 4 * weights * workers, "one hidden activation": 4 * rows * args.hidden_dim * workers}
+    if args.cuda and torch.cuda.is_available():
+        available, where = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory, "the GPU has"
+    else:
+        available, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
+    if sum(needed.values()) <= available:
+        return None
+    part, size = max(needed.items(), key=lambda item: item[1])
+    return (
+        f"{part} would need ~{size / 1e9:.3g} GB over {workers} worker(s), more than the {available / 1e9:.3g} GB {where} "
+        "(an order-of-magnitude lower bound); lower --hidden-dim, the batch or evaluation sizes, or --num-workers"
+    )
 
 
 def fail(message: str, status: int = 1) -> None:

@@ -223,6 +223,18 @@ def test_bad_flag_value_exits_with_one_line():
     assert len(lines) == 1 and "--input-noise" in lines[0]
 
 
+def test_sizes_the_machine_cannot_hold_are_refused_before_any_work(tmp_path):
+    """--hidden-dim 1e8 (a 1e16-weight layer): one line naming the part and the machine's memory, no output folder."""
+    out_dir = tmp_path / "D"
+    command = [sys.executable, str(SCRIPT), "--num-steps", "50", "--num-workers", "1", "--hidden-dim", "100000000"]
+    result = subprocess.run([*command, "--out-dir", str(out_dir)], capture_output=True, text=True, timeout=60)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and len(lines) == 1, result.stderr
+    assert "the weights would need ~1.6e+08 GB over 1 worker(s), more than the" in lines[0]
+    assert not out_dir.exists()
+    assert tss.memory_problem(tss.Args()) is None  # the paper's sizes fit
+
+
 def test_unknown_variant_is_rejected():
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--variants", "mmd_sobolev", "gan"], capture_output=True, text=True, timeout=60
