@@ -502,8 +502,47 @@ def cpu_cost_note(updates: tuple[Callable, Callable], stateful: dict, args, scri
         print(
             f"note: one update takes {seconds:.2f} s on this CPU, so the {steps} learning steps x {args.updates_per_step} "
             f"updates will take about {hours:.0f} h (plus the warm-up); the defaults are the paper's GPU sizes. A "
-            f"CPU-sized run (README): python {os.path.basename(script_file)} --env-id PointMass-v0 --total-timesteps "
-            "15000 --learning-starts 1000 --hidden-dim 64 --wm-hidden-dim 64 --batch-size 64 "
-            "--updates-per-step 1 --learning-rate 1e-3 --wm-learning-rate 1e-3 --eval-frequency 1000",
+            f"CPU-sized run of the same algorithm (README): {cpu_sized_command(args, script_file)}",
             file=sys.stderr,
         )
+
+
+CPU_SIZES = {  # the README's CPU-sized point-mass run
+    "env_id": "PointMass-v0",
+    "total_timesteps": 15000,
+    "learning_starts": 1000,
+    "hidden_dim": 64,
+    "wm_hidden_dim": 64,
+    "batch_size": 64,
+    "updates_per_step": 1,
+    "learning_rate": 1e-3,
+    "wm_learning_rate": 1e-3,
+    "eval_frequency": 1000,
+    "eval_episodes": 20,
+    "truncation": 5.0,
+}
+NOT_CARRIED = ("exp_name", "seed", "cuda", "compile", "cudagraphs", "buffer_size", "contraction_frequency", "capture_video")
+NOT_CARRIED += ("track", "wandb_project_name", "wandb_entity", "save_model", "checkpoint_frequency", "resume", "evaluate")
+
+
+def cpu_sized_command(args, script_file: str) -> str:
+    """The README's CPU-sized point-mass run for this script, with the run's own algorithm: the sizes the script has
+    from CPU_SIZES, in the README's order, then every setting of `args` away from its default that is neither a size
+    nor bookkeeping (--no-dyna, --td-loss, the noise, ...); none that the settings make ineffective (--no-dyna: no
+    world model)."""
+    defaults, names = type(args)(), [field.name for field in fields(args)]
+    settings = {name: value for name, value in CPU_SIZES.items() if name in names}
+    for name in names:
+        value = getattr(args, name)
+        if name not in CPU_SIZES and name not in NOT_CARRIED and value != getattr(defaults, name):
+            settings[name] = value
+    for name in run_bookkeeping.flags_without_effect(type(args)(**{**vars(defaults), **settings})):
+        settings.pop(name, None)
+    words = [f"python {os.path.basename(script_file)}"]
+    for name, value in settings.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(flag if value else "--no-" + name.replace("_", "-"))
+        elif value is not None:
+            words.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    return " ".join(words)

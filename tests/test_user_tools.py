@@ -2,6 +2,7 @@
 back), --evaluate of a saved policy, and runs that stop or resume badly (damaged checkpoints, another script's
 checkpoint, a run folder, a smaller step budget, SIGTERM), the CPU cost note and --help."""
 
+import importlib
 import json
 import os
 import random
@@ -160,6 +161,39 @@ def test_resume_takes_a_run_folder_and_refuses_other_scripts_and_smaller_budgets
     result = run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", "300", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert read_summary(run_dir)["eval_steps"] == [100, 200, 300]
+
+
+@pytest.mark.parametrize(
+    "script, flags, carried, absent",
+    [
+        ("td3_huber", "--no-dyna --updates-per-step 1000", ["--no-dyna"], ["--wm-", "--truncation"]),
+        (
+            "td3_huber",
+            "--no-dyna --td-loss mse --obs-noise mult",
+            ["--no-dyna", "--td-loss mse", "--obs-noise mult"],
+            ["--wm-"],
+        ),
+        ("td3_huber", "--env-id Walker2d-v4", ["--wm-hidden-dim 64", "--wm-learning-rate 0.001"], ["--no-dyna"]),
+        ("mage_huber_sobolev", "--world-model flow", ["--world-model flow", "--wm-hidden-dim 64"], ["--truncation"]),
+        ("dsdpg_msmmd_sobolev", "--env-id Walker2d-v4 --obs-noise mult", ["--truncation 5", "--obs-noise mult"], []),
+    ],
+)
+def test_the_cpu_note_suggests_the_same_algorithm_at_the_readmes_cpu_sizes(script, flags, carried, absent):
+    """The suggested command keeps the run's algorithm and noise, takes the README's CPU sizes (--truncation 5 where
+    the script has it), leaves out what the algorithm refuses, and parses and passes the script's checks as printed."""
+    import tyro
+
+    import flag_extras
+
+    module = importlib.import_module(script)
+    args = tyro.cli(module.Args, args=flags.split())
+    command = flag_extras.cpu_sized_command(args, module.__file__)
+    assert command.startswith(f"python {script}.py --env-id PointMass-v0 --total-timesteps 15000 --learning-starts 1000 ")
+    assert "--hidden-dim 64" in command and "--batch-size 64" in command and "--updates-per-step 1 " in command
+    assert all(word in command for word in carried) and not any(word in command for word in absent), command
+    suggested = tyro.cli(module.Args, args=command.split()[2:])
+    module.check_args(suggested)
+    assert suggested.updates_per_step == 1 and suggested.hidden_dim == 64
 
 
 def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(tmp_path):
