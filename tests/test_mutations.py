@@ -1,12 +1,14 @@
 """Tests that kill one-line mutations of the maths the other tests let through: the actor step's direction, the TQC
 truncation as the critic update calls it, TD3's target smoothing, IQN's loss and quantile fractions, mmd_critic's
-unbiased estimator, the cVAE prior's spread and the max-sliced loss's direction. Each expectation is computed
-independently (a loop, a hand-reproduced noise draw, a first-order prediction); the update closures are reached as
-main() builds them: main() runs up to run.start, which is handed them, and stops there."""
+unbiased estimator, the cVAE prior's spread, the max-sliced loss's direction, the target networks' Polyak step and the
+target smoothing's two flags as update_critic passes them. Each expectation is computed independently (a loop, a
+hand-reproduced noise draw, a first-order prediction, the optimizer's own step recorded by a hook); the update closures
+are reached as main() builds them: main() runs up to run.start, which is handed them, and stops there."""
 
 import copy
 import dataclasses
 import importlib
+import inspect
 import math
 
 import pytest
@@ -325,3 +327,71 @@ def test_max_sliced_loss_is_the_mmd_along_the_returned_unit_direction():
     assert (theta - torch.nn.functional.normalize(theta0, dim=-1)).abs().max() > 1e-2  # the search moved
     expected = loss_loop(x.tolist(), y.tolist(), 0.7, "biased", theta.tolist())
     assert loss.mean(1).sum().item() == pytest.approx(expected, rel=1e-10)
+
+
+# THE TARGET NETWORKS' POLYAK STEP
+@pytest.mark.parametrize("name", RL_SCRIPTS)
+def test_the_polyak_step_moves_the_targets_towards_the_online_networks(name, monkeypatch, tmp_path):
+    """With tau = 0.25 and target networks made to differ from the online ones, one update_actor call leaves every
+    target parameter at (1 - tau) target + tau online (the online value after the actor's optimizer step), while the
+    online networks are not pulled towards the targets: the actor keeps exactly the weights its optimizer step gave it,
+    the critic (not trained by update_actor) its weights."""
+    tau = 0.25
+    run = built_run(name, monkeypatch, tmp_path, tau=tau, num_samples_policy=4, noise_dim=8, num_cosines=8)
+    stateful = run["stateful"]
+    online = {"actor": stateful["actor"], "critic": stateful["critic"]}
+    targets = {"actor": stateful["target_actor"], "critic": stateful["target_critic"]}
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for target in targets.values():
+            for param in target.parameters():
+                param.add_(torch.randn_like(param))
+    before = {part: [p.clone() for p in target.parameters()] for part, target in targets.items()}
+    critic_before = [p.clone() for p in online["critic"].parameters()]
+    stepped = []  # the actor's weights right after its optimizer step, before the Polyak step
+    stateful["actor_optimizer"].register_step_post_hook(
+        lambda *_: stepped.append([p.detach().clone() for p in online["actor"].parameters()])
+    )
+    run["update_actor"](torch.randn(16, run["obs_dim"]))
+    assert len(stepped) == 1
+    for p, q in zip(online["actor"].parameters(), stepped[0]):
+        torch.testing.assert_close(p, q, rtol=0, atol=0, msg="the Polyak step moved the online actor")
+    for p, q in zip(online["critic"].parameters(), critic_before):
+        torch.testing.assert_close(p, q, rtol=0, atol=0, msg="the Polyak step moved the online critic")
+    for part, target in targets.items():
+        for p, old, new in zip(target.parameters(), before[part], online[part].parameters()):
+            assert not torch.allclose(old, new)  # a step that can be seen
+            torch.testing.assert_close(p, (1 - tau) * old + tau * new, msg=f"target {part}")
+
+
+# THE TARGET SMOOTHING AS THE CRITIC UPDATE CALLS IT
+SMOOTHED_TARGETS = {  # script -> the target function update_critic calls with --policy-noise and --noise-clip
+    "td3_huber": "td_targets",
+    "mage_huber_sobolev": "sobolev_targets",
+    "mmd_critic": "return_targets",
+    "iqn": "return_targets",
+    "dsdpg_mmd_sobolev": "sobolev_targets",
+    "dsdpg_msmmd_sobolev": "sobolev_targets",
+}
+
+
+@pytest.mark.parametrize("name", RL_SCRIPTS)
+def test_the_critic_update_passes_policy_noise_and_noise_clip_to_their_parameters(name, monkeypatch, tmp_path):
+    """update_critic, built by main() with --policy-noise 0.3 and --noise-clip 0.7, calls the script's target function
+    once with policy_noise = 0.3 and noise_clip = 0.7 (its arguments bound to its parameter names), not swapped."""
+    flags = dict(policy_noise=0.3, noise_clip=0.7, num_samples=4, noise_dim=8, num_cosines=8, slice_steps=3)
+    run = built_run(name, monkeypatch, tmp_path, **flags)
+    module = run["module"]
+    fill_replay_buffer(run["stateful"]["replay_buffer"], run["obs_dim"], run["act_dim"])
+    original = getattr(module, SMOOTHED_TARGETS[name])
+    signature, calls = inspect.signature(original), []
+
+    def recorded(*args, **kwargs):
+        calls.append(signature.bind(*args, **kwargs).arguments)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, SMOOTHED_TARGETS[name], recorded)
+    torch.manual_seed(4)
+    run["update_critic"]()
+    assert len(calls) == 1
+    assert (calls[0]["policy_noise"], calls[0]["noise_clip"]) == (0.3, 0.7)

@@ -1,0 +1,42 @@
+"""The replay buffer's checkpoint round trip: a resumed run's buffer goes on exactly as the never-stopped run's."""
+
+import io
+
+import pytest
+import torch
+
+from replay_buffer import ReplayBatch, ReplayBuffer
+
+
+def add_rows(rb: ReplayBuffer, first: int, count: int) -> None:
+    """Rows first, first + 1, ..., each field of row i filled with values derived from i (so every row differs)."""
+    for i in range(first, first + count):
+        obs = torch.tensor([i, -i], dtype=torch.float32)
+        rb.add(obs, torch.tensor([i / 10]), float(i), obs + 0.5, i % 3 == 0)
+
+
+def assert_same_buffer(restored: ReplayBuffer, reference: ReplayBuffer) -> None:
+    assert (restored.pos, restored.size) == (reference.pos, reference.size)
+    assert restored.fill.item() == reference.fill.item() == reference.size
+    for name in ReplayBatch._fields:
+        torch.testing.assert_close(getattr(restored, name), getattr(reference, name), rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.parametrize("rows", [3, 5, 8, 12])
+def test_a_restored_buffer_given_new_rows_holds_the_never_saved_buffers_rows(rows):
+    """A buffer of capacity 5 given `rows` rows (not full, exactly full, wrapped once with its write position mid-way,
+    wrapped twice), saved as a checkpoint saves it (torch.save, weights_only load) and restored into a fresh buffer, then
+    given 4 new rows, holds exactly the rows, write position, size and fill level of the buffer never saved and given the
+    same 4 rows: the new rows overwrite the oldest ones, not the rows the saved write position does not point at."""
+    reference = ReplayBuffer(2, 1, capacity=5, device=torch.device("cpu"))
+    add_rows(reference, 0, rows)
+    saved = io.BytesIO()
+    torch.save(reference.state_dict(), saved)
+    saved.seek(0)
+    restored = ReplayBuffer(2, 1, capacity=5, device=torch.device("cpu"))
+    restored.load_state_dict(torch.load(saved, weights_only=True))
+    assert_same_buffer(restored, reference)
+    add_rows(reference, rows, 4)
+    add_rows(restored, rows, 4)
+    assert_same_buffer(restored, reference)
+    assert sorted(reference.rewards.tolist()) == [float(i) for i in range(max(0, rows + 4 - 5), rows + 4)]  # the newest

@@ -1,0 +1,108 @@
+"""The bookkeeping every RL script shares, on the real `Run` of a tiny td3_huber run on PointMass-v0 (opened with
+`open_run` and started with `Run.start` as main() does, its updates no-ops): the NaN guard stops the run at one
+non-finite loss, including at the last step; every evaluation resets its episodes with distinct seeds, the same set each
+time."""
+
+import math
+import signal
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import torch
+
+import run_bookkeeping
+import td3_huber
+
+
+@pytest.fixture
+def started_run(tmp_path, monkeypatch):
+    """A function flags -> the started `Run` of td3_huber on PointMass-v0 in tmp_path (no networks: `stateful` is
+    empty); its envs and writer are closed and the SIGTERM handler Run.start installs is put back afterwards."""
+    monkeypatch.chdir(tmp_path)
+    previous_handler, runs = signal.getsignal(signal.SIGTERM), []
+
+    def start(**flags) -> run_bookkeeping.Run:
+        settings = dict(env_id="PointMass-v0", cuda=False, seed=3, total_timesteps=250, learning_starts=10)
+        args = td3_huber.Args(**{**settings, **flags})
+        run = run_bookkeeping.open_run(args, td3_huber)
+        runs.append(run)
+        no_update = (lambda: {"obs": None}, lambda obs: None)  # what Run.start's CPU cost note times
+        assert run.start({}, torch.device("cpu"), no_update) == 0
+        run.progress_bar(range(0, args.total_timesteps))
+        return run
+
+    yield start
+    signal.signal(signal.SIGTERM, previous_handler)
+    for run in runs:
+        for closing in (run.progress, run.env, run.eval_env, run.writer):
+            closing.close()
+
+
+# THE NAN GUARD
+def losses_with(bad_name: str | None, bad_value: float) -> dict[str, torch.Tensor]:
+    """The three losses a training step records, all finite but `bad_name`'s (None: all finite)."""
+    losses = dict(world_model_loss=0.7, qf_loss=1.5, actor_loss=-2.0)
+    return {name: torch.tensor(bad_value if name == bad_name else value) for name, value in losses.items()}
+
+
+def assert_stops(run: run_bookkeeping.Run, losses: dict[str, torch.Tensor], step: int) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        run.check_finite(losses, step)
+    assert f"non-finite loss at step {step}" in str(stopped.value)
+    assert (Path(run.run_dir) / "nonfinite_checkpoint.pt").is_file()
+
+
+@pytest.mark.parametrize("bad_value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("bad_name", ["world_model_loss", "qf_loss", "actor_loss"])
+def test_one_non_finite_loss_among_finite_ones_stops_the_run(started_run, bad_name, bad_value):
+    """At a checked step (a multiple of 100), the losses all finite pass; the same losses with one of the three made
+    non-finite (NaN, +inf or -inf), the others finite, stop the run in one line and save nonfinite_checkpoint.pt."""
+    run = started_run()
+    run.check_finite(losses_with(None, 0.0), 200)
+    assert not (Path(run.run_dir) / "nonfinite_checkpoint.pt").exists()
+    assert_stops(run, losses_with(bad_name, bad_value), 200)
+
+
+@pytest.mark.parametrize("total_timesteps", [250, 137])
+def test_a_non_finite_loss_at_the_last_step_stops_the_run(started_run, total_timesteps):
+    """The last step (total_timesteps - 1: 249 of 250 steps, 136 of 137, neither a multiple of 100, the other steps the
+    guard checks) is checked: its losses all finite pass, one NaN among them stops the run."""
+    run = started_run(total_timesteps=total_timesteps)
+    last = total_timesteps - 1
+    run.check_finite(losses_with(None, 0.0), last)
+    assert_stops(run, losses_with("qf_loss", math.nan), last)
+
+
+# THE EVALUATION
+class ResetRecorder(gym.Wrapper):
+    """Records the seed and the first observation of every reset."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.seeds, self.first_obs = [], []
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.seeds.append(seed)
+        self.first_obs.append(tuple(obs.tolist()))
+        return obs, info
+
+
+def test_each_evaluation_resets_its_episodes_with_distinct_seeds_the_same_at_every_evaluation(started_run):
+    """Run.evaluate_if_due at the two due steps of a run evaluating every 100 steps with 4 episodes: each evaluation
+    resets its 4 episodes with 4 distinct integer seeds (so 4 distinct start states), and the second evaluation uses the
+    same seeds, in the same order, and starts from the same states as the first."""
+    run = started_run(eval_frequency=100, eval_episodes=4)
+    run.eval_env = recorder = ResetRecorder(run.eval_env)
+    torch.manual_seed(0)
+    actor = td3_huber.Actor(recorder.observation_space.shape[0], recorder.action_space.shape[0], 8)
+    for step in range(200):
+        run.evaluate_if_due(actor, step)
+    assert run.eval_steps == [100, 200]
+    first, second = recorder.seeds[:4], recorder.seeds[4:]
+    assert len(recorder.seeds) == 8 and all(isinstance(seed, int) for seed in recorder.seeds), recorder.seeds
+    assert len(set(first)) == 4, first  # distinct seeds within an evaluation
+    assert len(set(recorder.first_obs[:4])) == 4, recorder.first_obs[:4]  # so distinct start states
+    assert second == first, (first, second)  # the same episodes at every evaluation
+    assert recorder.first_obs[4:] == recorder.first_obs[:4]
