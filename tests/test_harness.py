@@ -482,3 +482,20 @@ def test_env_ids_aggregates_only_those_envs_and_refuses_an_unknown_one(tmp_path,
     assert refused.value.code == (  # SystemExit(message): printed on stderr, exit status 1
         "aggregate.py: error: --env-ids Hopper-v4: no run has that env id (the runs have PointMass3-v0, PointMass5-v0)"
     )
+
+
+GRID_SCRIPTS = ["inverted_pendulum/inverted_pendulum", "toy_rl5/toy_rl5", "toy_utd10/toy_utd10", "toy_utd10/trend"]
+
+
+@pytest.mark.parametrize("script", [*GRID_SCRIPTS, "mujoco_cpu/mujoco_cpu"])
+def test_an_experiment_script_refuses_extra_arguments_before_any_work(tmp_path, script):
+    """`X.sh A B` (GRID_DIR is the one argument): one line, exit 1, no grid folder started."""
+    result = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / f"{script}.sh"), str(tmp_path / "grid"), "B"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    name = script.split("/")[-1]
+    assert result.returncode == 1 and result.stderr == f"{name}.sh: error: one argument at most, GRID_DIR (got 2)\n"
+    assert not (tmp_path / "grid").exists()

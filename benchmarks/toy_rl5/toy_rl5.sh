@@ -15,6 +15,7 @@
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,14p' "$0" | cut -c3-; exit 0; fi
 cd "$(dirname "$0")/../.."
+[[ $# -le 1 ]] || { echo "toy_rl5.sh: error: one argument at most, GRID_DIR (got $#)" >&2; exit 1; }
 [[ "${1:-}" != -* ]] || { echo "toy_rl5.sh: error: unknown option $1 (the one argument is GRID_DIR)" >&2; exit 1; }
 GRID_DIR=${1:-benchmarks/toy_rl5/grid}
 WORKERS=${WORKERS:-2}
