@@ -166,7 +166,9 @@ TOY_SUPERVISED = (
     "python toy_supervised_sobolev.py",
 )
 RUNTIME_COST = "~0.5"  # an estimate, not a measurement: per script ~1 min of probes and timed runs, ~2 of FLOP counts
-NAMES = (*EXPERIMENTS, RUNTIME)
+NAMES = (*EXPERIMENTS, RUNTIME, TOY_SUPERVISED[0])
+TOY_SMOKE_FLAGS = "--num-steps 20 --eval-frequency 10 --batch-size 8 --hidden-dim 8 --eval-points 4 --eval-samples 4"
+TOY_SMOKE_FLAGS += " --num-points 4 --no-cuda"
 
 
 @dataclass
@@ -452,6 +454,8 @@ def run_experiment(args: Run) -> None:
     if args.experiment == RUNTIME:
         run_grid.check_launch(args)
         raise SystemExit(run_runtime(args))
+    if args.experiment == TOY_SUPERVISED[0]:
+        raise SystemExit(run_toy_supervised(args))
     jobs = experiment_jobs(args.experiment, args, args.smoke)
     for job in jobs:
         run_grid.check_job_dir(job)
@@ -465,6 +469,18 @@ def run_experiment(args: Run) -> None:
     aggregate_experiment(args.experiment, jobs, out, args.bootstrap_samples)
     if status:
         raise SystemExit(status)
+
+
+def run_toy_supervised(args: Run) -> int:
+    """The supervised toy is one process, not a grid: toy_supervised_sobolev.py with its outputs (summary, figures,
+    TensorBoard logs) in <grid-dir>/toy-supervised; --smoke at toy sizes; --dry-run prints the command."""
+    out = os.path.join(os.path.abspath(args.grid_dir), TOY_SUPERVISED[0])
+    command = [sys.executable, os.path.join(ROOT, "toy_supervised_sobolev.py"), "--out-dir", out]
+    command += TOY_SMOKE_FLAGS.split() if args.smoke else []
+    if args.dry_run:
+        print(shlex.join(command))
+        return 0
+    return subprocess.run(command, cwd=ROOT).returncode
 
 
 def count_flops(_: CountFlops) -> None:

@@ -56,7 +56,7 @@ def test_list_names_every_figure_and_table():
 
 def test_readme_table_is_the_tools_own():
     table = paper_tool("list", "--markdown").stdout
-    assert table.count("\n") == len(paper.NAMES) + 3
+    assert table.count("\n") == len(paper.NAMES) + 2
     assert table in (ROOT / "README.md").read_text(), (
         "README's 'Reproducing the paper' table differs from paper.py list --markdown"
     )
@@ -132,6 +132,10 @@ def test_every_smoke_runs_and_aggregates(tmp_path):
         flags = ("--workers", "2", "--threads-per-job", "1", "--bootstrap-samples", "100")
         result = paper_tool("run", name, "--smoke", "--grid-dir", str(grid), *flags)
         assert result.returncode == 0, f"{name}: {result.stdout[-2000:]}{result.stderr[-2000:]}"
+        if name == paper.TOY_SUPERVISED[0]:
+            summary = json.loads((grid / name / "summary.json").read_text())
+            assert set(summary["results"]) == {"unlimited", "n4"} and (grid / name / "dataset_size.png").is_file()
+            continue
         if name == paper.RUNTIME:
             timing = json.loads((grid / "runtime" / "humanoid.json").read_text())
             assert [row["script"] for row in timing["rows"]] == list(run_grid.ALL_SCRIPTS)
