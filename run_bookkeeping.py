@@ -354,7 +354,8 @@ class Run:
         self.writer.close()
         if self.progress is not None:  # None: stopped before the loop
             self.progress.close()
-        fail(self.script_name, f"interrupted at step {step}; resume with --resume {self.checkpoint_path}")
+        typed = sys.argv[0] if os.path.basename(sys.argv[0]) == self.script_name else self.script_name  # as it was run
+        fail(self.script_name, f"interrupted at step {step}; resume with: python {typed} --resume {self.checkpoint_path}")
 
     def finish(self, model: dict[str, nn.Module]) -> None:
         """The last checkpoint, model.pt (--save-model), summary.json."""

@@ -415,6 +415,8 @@ def measure(args: Args, entries: list[tuple[str, object, list[str]]], rows: list
     print(f"dense fp32 matmul: {peak / 1e9:.1f} GFLOP/s ({torch.get_num_threads()} threads)", file=sys.stderr)
     where = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} threads"
     for entry, module, variant in entries:
+        if script_args(module, args, args.learning_starts + 1, variant).compile:  # silent for minutes otherwise
+            print(f"{entry}: compiling (torch.compile; a few minutes from a cold cache), then timing", file=sys.stderr)
         iterations = timed_iterations(module, args, variant)
         start = args.learning_starts + 1  # the base run: the first iteration with updates
         seconds = run(module, args, start + iterations, variant) - run(module, args, start, variant)

@@ -56,7 +56,8 @@ def test_a_run_stopped_by_sigterm_resumes_to_its_own_end_with_the_printed_comman
     _, stderr = process.communicate(timeout=120)
     lines = error_lines(subprocess.CompletedProcess(command, process.returncode, "", drawn + stderr))
     assert process.returncode == 1 and "interrupted at step" in lines[-1], stderr
-    printed = re.search(r"resume with (--resume \S+)", lines[-1]).group(1).split()
+    python, script, *printed = re.search(r"resume with: (python \S+ --resume \S+)$", lines[-1]).group(1).split()
+    assert python == "python" and script == str(ROOT / "td3_huber.py")  # the script as it was run
     resumed = run_script("td3_huber.py", *printed, cwd=tmp_path)  # exactly the printed command, no budget given
     assert resumed.returncode == 0, resumed.stderr
     run_dir = only_run_dir(tmp_path)

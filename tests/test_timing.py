@@ -174,3 +174,17 @@ def test_an_interrupted_table_keeps_the_scripts_it_finished(tmp_path, monkeypatc
     monkeypatch.setattr(timing, "run", run)
     timing.main(timing.Args(**{**TINY_TIMING, "scripts": ["td3_huber"], "out": "t.json"}))
     assert json.loads((tmp_path / "t.json").read_text())["complete"] is True
+
+
+def test_a_compiled_entry_says_it_is_compiling_before_its_first_run(monkeypatch, capsys):
+    """timing.py --scripts "...@compile=true" says so before the first (compiling) run, not after minutes of silence;
+    an eager entry does not."""
+    args = timing.Args(**{**TINY_TIMING, "scripts": ["dsdpg_msmmd_sobolev@compile=true", "td3_huber"], "breakdown": False})
+    entries = timing.check_args(args)
+    said_before_first_run = []
+    monkeypatch.setattr(timing, "timed_iterations", lambda *a: said_before_first_run.append(capsys.readouterr().err) or 5)
+    monkeypatch.setattr(timing, "run", lambda module, args, steps, variant: float(steps))
+    monkeypatch.setattr(timing, "flops_per_iteration", lambda *a: 1e9)
+    timing.measure(args, entries, [])
+    assert "dsdpg_msmmd_sobolev@compile=true: compiling (torch.compile" in said_before_first_run[0]
+    assert "compiling" not in said_before_first_run[1]

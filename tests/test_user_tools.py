@@ -219,7 +219,8 @@ def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(
     assert process.returncode == 1 and len(lines) == 1 and "interrupted at step" in lines[0], stderr
     run_dir = only_run_dir(tmp_path)
     step = torch.load(run_dir / "checkpoint.pt", weights_only=True)["global_step"]
-    assert 105 <= step and f"resume with --resume {run_dir.relative_to(tmp_path) / 'checkpoint.pt'}" in lines[0]
+    resume = f"resume with: python {ROOT / 'td3_huber.py'} --resume {run_dir.relative_to(tmp_path) / 'checkpoint.pt'}"
+    assert 105 <= step and lines[0].endswith(resume)
     result = run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", str(step + 20), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert read_summary(run_dir)["eval_steps"][-1] == step + 20
