@@ -1,0 +1,65 @@
+"""benchmarks/wm_gradients.py: the simulator's finite-difference Jacobians and the world model's autodiff ones, each
+against an independent computation, and the probe leaving the rollout's state as it found it."""
+
+import sys
+
+import numpy as np
+import torch
+from helpers import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import wm_gradients  # noqa: E402
+
+import td3_huber  # noqa: E402
+
+
+def idp_env(seed: int = 3):
+    env = td3_huber.make_env(td3_huber.Args(env_id="InvertedDoublePendulum-v4", obs_noise="mult"))
+    obs, _ = env.reset(seed=seed)
+    for _ in range(3):
+        obs, *_ = env.step(np.array([0.3], dtype=np.float32))
+    return env, obs
+
+
+def test_the_simulator_jacobian_predicts_a_small_action_change_and_leaves_the_state_as_it_was():
+    """J from central differences predicts obs'(a + d) - obs'(a) to second order for d = 1e-3 (the noise factor
+    applied); the env then steps from the unperturbed state exactly as an env that was never probed."""
+    env, _ = idp_env()
+    twin, _ = idp_env()
+    factor = wm_gradients.observation_factor(env)
+    assert factor != 1.0 and 0.8 <= factor <= 1.2  # --obs-noise mult's episode factor, found through the wrappers
+    action = np.array([0.1])
+    next_obs, reward, d_obs, d_reward = wm_gradients.simulator_jacobians(env, action, factor, 1e-5)
+    moved, moved_reward, *_ = wm_gradients.simulator_jacobians(env, action + 1e-3, factor, 1e-5)
+    change = moved - next_obs
+    assert np.linalg.norm(change - d_obs[:, 0] * 1e-3) < 1e-2 * np.linalg.norm(change)
+    assert abs(moved_reward - reward - d_reward[0] * 1e-3) < 1e-2 * abs(moved_reward - reward) + 1e-9
+    probed, *_ = env.step(action.astype(np.float32))
+    unprobed, *_ = twin.step(action.astype(np.float32))
+    np.testing.assert_allclose(probed, unprobed, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(next_obs, probed, rtol=1e-5, atol=1e-5)  # the env's own step, through its wrappers
+
+
+def test_the_model_jacobian_equals_finite_differences_of_the_world_model():
+    """d s'/da and d r/da by forward-mode autodiff per latent draw against central differences of WorldModel.sample
+    with the same draws (float64)."""
+    torch.manual_seed(0)
+    world_model = td3_huber.WorldModel(4, 2, 16).double()
+    for p in world_model.parameters():
+        p.data.normal_(0, 0.5)
+    obs, action = torch.randn(4, dtype=torch.float64), torch.randn(2, dtype=torch.float64)
+    noise = torch.randn(3, world_model.latent_dim, dtype=torch.float64)
+    next_obs, rewards, d_obs, d_reward = wm_gradients.model_jacobians(world_model, obs, action, noise)
+    assert next_obs.shape == (3, 4) and rewards.shape == (3,) and d_obs.shape == (3, 4, 2) and d_reward.shape == (3, 2)
+    for j in range(2):
+        e = torch.zeros(2, dtype=torch.float64)
+        e[j] = 1e-6
+        plus = world_model.sample(obs[None].expand(3, -1), (action + e)[None].expand(3, -1), 1, noise[:, None])
+        minus = world_model.sample(obs[None].expand(3, -1), (action - e)[None].expand(3, -1), 1, noise[:, None])
+        torch.testing.assert_close(d_obs[:, :, j], (plus[0][:, 0] - minus[0][:, 0]) / 2e-6, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(d_reward[:, j], (plus[1][:, 0] - minus[1][:, 0]) / 2e-6, rtol=1e-5, atol=1e-7)
+
+
+def test_compare_is_the_relative_error_and_the_cosine():
+    relative, cosine = wm_gradients.compare(np.array([[1.0, 1.0]]), np.array([[2.0, 0.0]]))
+    assert np.isclose(relative, np.sqrt(2.0) / 2.0) and np.isclose(cosine, 1 / np.sqrt(2.0))
