@@ -10,6 +10,7 @@ module (`script`) and use its `check_args` and `make_env`.
 """
 
 import atexit
+import glob
 import json
 import math
 import os
@@ -150,6 +151,28 @@ def readable_bytes(size: float) -> str:
     while size >= 1000 and len(units) > 1:
         size, units = size / 1000, units[1:]
     return f"{size:.3g} {units[0]}"
+
+
+VALUE_TAG, VALUE_WINDOW = "losses/qf1_values", 2000
+
+
+def critic_values(run_dir: str, window: int = VALUE_WINDOW) -> dict | None:
+    """The first critic's logged values (VALUE_TAG, every 100 steps) over all of a run's event files (a resumed run has
+    several; the latest file wins a step): their mean over the last `window` env steps logged and their largest, what
+    benchmarks/value_check.py tabulates; None if the run logged none (it ended before learning)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    values: dict[int, float] = {}
+    for path in sorted(glob.glob(os.path.join(glob.escape(run_dir), "events.out.tfevents.*")), key=os.path.getmtime):
+        events = EventAccumulator(path, size_guidance={"scalars": 0})
+        events.Reload()
+        if VALUE_TAG in events.Tags()["scalars"]:
+            values.update({event.step: event.value for event in events.Scalars(VALUE_TAG)})
+    if not values:
+        return None
+    last = max(values)
+    recent = [value for step, value in values.items() if step > last - window]
+    return {"tag": VALUE_TAG, "window_steps": window, "mean": float(np.mean(recent)), "max": float(max(values.values()))}
 
 
 def fail(script_name: str, message: str) -> NoReturn:
@@ -370,6 +393,8 @@ class Run:
         summary = dict(
             final_eval_return=returns[-1], eval_steps=self.eval_steps, eval_returns=returns, nauc=float(np.mean(returns))
         )
+        self.writer.flush()
+        summary["critic_values"] = critic_values(self.run_dir)
         summary.update(wall_time_s=self.previous_wall_time + time.time() - self.start_time, args=asdict(args))
         with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)

@@ -1,9 +1,11 @@
 """The critics' values against what the task can pay: `losses/qf1_values` read back from a grid's TensorBoard files.
 
-For every finished run under RUNS_DIR (found as `aggregate.py` finds them, through their summary.json), this reads the
-run's event files (kept on the machine that ran it; only the summaries are committed) and reports the mean logged
-Q value (the first critic's value, or its samples' mean, at the batch's replay actions) over the last `--window` env
-steps, its largest logged value, and the run's final evaluation return. On the point mass every reward is 0 except
+For every finished run under RUNS_DIR (found as `aggregate.py` finds them, through their summary.json), this reports
+the mean logged Q value (the first critic's value, or its samples' mean, at the batch's replay actions) over the last
+`--window` env steps, its largest logged value, and the run's final evaluation return. The values come from the run's
+summary.json (`critic_values`, written by every run since run_bookkeeping.critic_values, and moved there once from the
+pages' tables for the committed runs whose events are gone) where its window is `--window`, else from the run's
+TensorBoard files (kept on the machine that ran it). On the point mass every reward is 0 except
 the bonus, paid once when an episode ends, so no return and no true Q value exceeds it (10): a larger logged value is
 overestimation, whatever the policy.
 
@@ -11,7 +13,7 @@ Usage:
     python benchmarks/value_check.py benchmarks/toy_utd10/grid --bound 10 --out benchmarks/toy_utd10/value_check.md
 """
 
-import glob
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -19,12 +21,12 @@ from typing import Annotated
 
 import numpy as np
 import tyro
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from aggregate import load_runs  # noqa: E402
 
-TAG = "losses/qf1_values"
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from run_bookkeeping import VALUE_TAG, critic_values  # noqa: E402
 
 
 @dataclass
@@ -41,16 +43,14 @@ class Args:
     """markdown file to write (default: print only)"""
 
 
-def logged_values(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
-    """Steps and values of TAG over all of a run's event files (a resumed run has several; a later one wins a step)."""
-    values: dict[int, float] = {}
-    for path in sorted(glob.glob(os.path.join(glob.escape(run_dir), "events.out.tfevents.*")), key=os.path.getmtime):
-        events = EventAccumulator(path, size_guidance={"scalars": 0})
-        events.Reload()
-        if TAG in events.Tags()["scalars"]:
-            values.update({event.step: event.value for event in events.Scalars(TAG)})
-    steps = np.array(sorted(values), dtype=np.int64)
-    return steps, np.array([values[step] for step in steps], dtype=np.float64)
+def run_values(run: dict, window: int) -> dict | None:
+    """The run's critic values over `window`: its summary's `critic_values` where they are over that window, else read
+    from its event files (None where neither has them)."""
+    with open(os.path.join(run["run_dir"], "summary.json")) as f:
+        saved = json.load(f).get("critic_values")
+    if saved is not None and saved["window_steps"] == window:
+        return saved
+    return critic_values(run["run_dir"], window)
 
 
 def fail(message: str) -> None:
@@ -69,11 +69,10 @@ def value_table(args: Args) -> str:
         fail(f"no finished run (summary.json) under {args.runs_dir}")
     rows = []
     for run in sorted(runs, key=lambda run: (run["script"], run["seed"])):
-        steps, values = logged_values(run["run_dir"])
-        if not len(steps):
-            fail(f"{run['run_dir']} has no {TAG} in its event files (only its summary?)")
-        last = values[steps > steps[-1] - args.window]
-        rows.append((run["script"], run["seed"], float(last.mean()), float(values.max()), run["final_eval_return"]))
+        values = run_values(run, args.window)
+        if values is None:
+            fail(f"{run['run_dir']}: no critic values over {args.window} steps in its summary.json nor {VALUE_TAG} events")
+        rows.append((run["script"], run["seed"], values["mean"], values["max"], run["final_eval_return"]))
     lines = [f"| script | seed | mean Q, last {args.window} steps | largest Q | final eval return |", "|---|---|---|---|---|"]
     lines += [f"| {script} | {seed} | {mean:.2f} | {top:.2f} | {final:.2f} |" for script, seed, mean, top, final in rows]
     lines += ["", "| script | runs | mean of the mean Q | mean of the largest Q | mean final eval return |"]

@@ -363,8 +363,14 @@ def test_value_check_reads_the_logged_values_of_every_run(tmp_path):
     write_summary(tmp_path / "grid" / "3", "td3_huber", "E", 3, [200], [0.0])
     with pytest.raises(SystemExit) as refused:  # sys.exit(message): the message on stderr, exit status 1
         value_check.value_table(value_check.Args(str(tmp_path / "grid")))
-    message = f"value_check.py: error: {tmp_path / 'grid' / '3'} has no losses/qf1_values in its event files"
-    assert refused.value.code == f"{message} (only its summary?)"
+    message = f"value_check.py: error: {tmp_path / 'grid' / '3'}: no critic values over 2000 steps in its summary.json"
+    assert refused.value.code == f"{message} nor losses/qf1_values events"
+    summary_path = tmp_path / "grid" / "3" / "summary.json"  # a committed run whose events are gone: its summary's values
+    saved = json.loads(summary_path.read_text())
+    saved["critic_values"] = {"tag": "losses/qf1_values", "window_steps": 200, "mean": 3.0, "max": 9.0}
+    summary_path.write_text(json.dumps(saved))
+    table = value_check.value_table(value_check.Args(str(tmp_path / "grid"), window=200, bound=10.0))
+    assert "| td3_huber | 3 | 3.00 | 9.00 | 0.00 |" in table and "| td3_huber | 1 | 5.00 | 12.00 | 1.00 |" in table
     for flags, error in (
         ({"window": 0}, "--window must be >= 1"),
         ({"bound": float("nan")}, "--bound must be finite, got nan"),

@@ -321,6 +321,13 @@ def test_pointmass_run_logs_the_cleanrl_tags_and_writes_a_summary(tmp_path):
     assert summary["nauc"] == pytest.approx(np.mean(summary["eval_returns"]))
     assert all(r in (0.0, 5.0, 10.0) for r in summary["eval_returns"])  # 2 episodes, each 0 or 10
     assert summary["args"]["env_id"] == "PointMass-v0" and summary["args"]["dyna"] is True
+    q_values = [value for _, value in scalars["losses/qf1_values"]]  # steps 200-500: all within the last 2 000 steps
+    assert summary["critic_values"] == {
+        "tag": "losses/qf1_values",
+        "window_steps": 2000,
+        "mean": pytest.approx(np.mean(q_values)),
+        "max": pytest.approx(max(q_values)),
+    }
     checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
     assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"]["size"] == 600
 
