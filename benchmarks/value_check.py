@@ -67,22 +67,39 @@ def value_table(args: Args) -> str:
     runs = load_runs(args.runs_dir)
     if not runs:
         fail(f"no finished run (summary.json) under {args.runs_dir}")
-    rows = []
-    for run in sorted(runs, key=lambda run: (run["script"], run["seed"])):
+    rows, left_out = [], []
+    for run in sorted(runs, key=lambda run: (run["script"], run["env"], run["seed"])):
         values = run_values(run, args.window)
         if values is None:
-            fail(f"{run['run_dir']}: no critic values over {args.window} steps in its summary.json nor {VALUE_TAG} events")
-        rows.append((run["script"], run["seed"], values["mean"], values["max"], run["final_eval_return"]))
-    lines = [f"| script | seed | mean Q, last {args.window} steps | largest Q | final eval return |", "|---|---|---|---|---|"]
-    lines += [f"| {script} | {seed} | {mean:.2f} | {top:.2f} | {final:.2f} |" for script, seed, mean, top, final in rows]
-    lines += ["", "| script | runs | mean of the mean Q | mean of the largest Q | mean final eval return |"]
-    lines += ["|---|---|---|---|---|"]
-    for script in sorted({row[0] for row in rows}):
-        mine = np.array([row[2:] for row in rows if row[0] == script])  # (runs, 3)
+            left_out.append(run["run_dir"])
+            continue
+        rows.append((run["script"], run["env"], run["seed"], values["mean"], values["max"], run["final_eval_return"]))
+    if not rows:
+        fail(f"no run under {args.runs_dir} has critic values over {args.window} steps (summary.json or {VALUE_TAG} events)")
+    if left_out:
+        print(
+            f"value_check.py: {len(left_out)} run(s) without critic values left out (named under the table)", file=sys.stderr
+        )
+    lines = [f"| script | env | seed | mean Q, last {args.window} steps | largest Q | final eval return |"]
+    lines += ["|---|---|---|---|---|---|"]
+    lines += [
+        f"| {script} | {env} | {seed} | {mean:.2f} | {top:.2f} | {final:.2f} |" for script, env, seed, mean, top, final in rows
+    ]
+    lines += ["", "| script | env | runs | mean of the mean Q | mean of the largest Q | mean final eval return |"]
+    lines += ["|---|---|---|---|---|---|"]
+    for script, env in sorted({row[:2] for row in rows}):
+        mine = np.array([row[3:] for row in rows if row[:2] == (script, env)])  # (runs, 3)
         over = f" ({(mine[:, 1] > args.bound).sum()} above {args.bound:g})" if args.bound is not None else ""
         lines.append(
-            f"| {script} | {len(mine)}{over} | {mine[:, 0].mean():.2f} | {mine[:, 1].mean():.2f} | {mine[:, 2].mean():.2f} |"
+            f"| {script} | {env} | {len(mine)}{over} | {mine[:, 0].mean():.2f} | {mine[:, 1].mean():.2f} | "
+            f"{mine[:, 2].mean():.2f} |"
         )
+    if left_out:
+        lines += [
+            "",
+            f"Left out, no critic values over {args.window} steps kept (summary.json or events): {len(left_out)} run(s)",
+        ]
+        lines += [f"- `{os.path.relpath(run_dir, args.runs_dir)}`" for run_dir in left_out]
     return "\n".join(lines) + "\n"
 
 

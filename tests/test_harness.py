@@ -357,20 +357,23 @@ def test_value_check_reads_the_logged_values_of_every_run(tmp_path):
                     writer.add_scalar("losses/qf1_values", value, step)
             time.sleep(0.05)  # distinct modification times, and SummaryWriter's file names carry the second
     table = value_check.value_table(value_check.Args(str(tmp_path / "grid"), window=200, bound=10.0))
-    assert "| td3_huber | 1 | 5.00 | 12.00 | 1.00 |" in table  # steps 300 and 400: (4 + 6) / 2
-    assert "| td3_huber | 2 | 7.50 | 8.00 | 2.00 |" in table  # step 300 from the later file: (8 + 7) / 2
-    assert "| td3_huber | 2 (1 above 10) | 6.25 | 10.00 | 1.50 |" in table
+    assert "| td3_huber | E | 1 | 5.00 | 12.00 | 1.00 |" in table  # steps 300 and 400: (4 + 6) / 2
+    assert "| td3_huber | E | 2 | 7.50 | 8.00 | 2.00 |" in table  # step 300 from the later file: (8 + 7) / 2
+    assert "| td3_huber | E | 2 (1 above 10) | 6.25 | 10.00 | 1.50 |" in table
     write_summary(tmp_path / "grid" / "3", "td3_huber", "E", 3, [200], [0.0])
+    table = value_check.value_table(value_check.Args(str(tmp_path / "grid"), window=200))  # seed 3: no values kept
+    assert "| td3_huber | E | 2 | 6.25 | 10.00 | 1.50 |" in table and "| td3_huber | E | 3 |" not in table
+    assert table.endswith("summary.json or events): 1 run(s)\n- `3`\n")
     with pytest.raises(SystemExit) as refused:  # sys.exit(message): the message on stderr, exit status 1
-        value_check.value_table(value_check.Args(str(tmp_path / "grid")))
-    message = f"value_check.py: error: {tmp_path / 'grid' / '3'}: no critic values over 2000 steps in its summary.json"
-    assert refused.value.code == f"{message} nor losses/qf1_values events"
+        value_check.value_table(value_check.Args(str(tmp_path / "grid" / "3")))
+    message = f"value_check.py: error: no run under {tmp_path / 'grid' / '3'} has critic values over 2000 steps"
+    assert refused.value.code == f"{message} (summary.json or losses/qf1_values events)"
     summary_path = tmp_path / "grid" / "3" / "summary.json"  # a committed run whose events are gone: its summary's values
     saved = json.loads(summary_path.read_text())
     saved["critic_values"] = {"tag": "losses/qf1_values", "window_steps": 200, "mean": 3.0, "max": 9.0}
     summary_path.write_text(json.dumps(saved))
     table = value_check.value_table(value_check.Args(str(tmp_path / "grid"), window=200, bound=10.0))
-    assert "| td3_huber | 3 | 3.00 | 9.00 | 0.00 |" in table and "| td3_huber | 1 | 5.00 | 12.00 | 1.00 |" in table
+    assert "| td3_huber | E | 3 | 3.00 | 9.00 | 0.00 |" in table and "| td3_huber | E | 1 | 5.00 | 12.00 | 1.00 |" in table
     for flags, error in (
         ({"window": 0}, "--window must be >= 1"),
         ({"bound": float("nan")}, "--bound must be finite, got nan"),
