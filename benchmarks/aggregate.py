@@ -25,6 +25,9 @@ Writes to --out (default RUNS_DIR/aggregate):
     trend.png         only when the runs cover two or more point masses PointMass<M>-v0: the mean final return and
                       the mean nAUC against M, one line per script (and noise) with its 95% CI band; a script run at
                       one M only is a point with its CI
+    margins.csv       where an env has baselines (--baselines; default every method not named dsdpg*) and other
+    margins.md        methods: per env, each other method's mean final return and mean nAUC, the best baseline's
+                      (named, per measure) and the margin, the page's "margin over the best baseline"
 
 Choices:
     * script = `args.exp_name` of the run (the script's name unless the run set --exp-name), env = `args.env_id`,
@@ -109,6 +112,7 @@ METRICS = {"final_eval_return": "final return", "nauc": "nAUC"}
 NONFINITE = "nonfinite_checkpoint.pt"  # what a run that stopped on a non-finite loss leaves instead of summary.json
 OUTPUTS = ("runs.csv", "table.csv", "table.md", "final_return.png", "nauc.png", "curves.png", "performance_profile.png")
 TREND = "trend.png"  # written besides OUTPUTS when the runs cover two or more point masses
+MARGINS = ("margins.csv", "margins.md")  # written besides OUTPUTS where an env has baselines and other methods
 POINT_MASS = re.compile(r"PointMass(\d+)-v0")  # the point mass with M bonus locations (PointMass-v0 is M = 3 too)
 
 
@@ -132,6 +136,9 @@ class Args:
     until_step: int | None = None
     """read every run up to this env step: its final return is its last evaluation at or before it, its nAUC the mean of
     those (to set a longer grid beside a shorter one at the same horizon)"""
+    baselines: list[str] = field(default_factory=list)
+    """the baselines (method names as in table.csv) of margins.md: each other method's mean final return and nAUC
+    minus the best baseline's in its env (default: every method whose name does not start with dsdpg)"""
 
 
 def fail(message: str) -> None:
@@ -667,15 +674,55 @@ def prepare_out(out: str) -> None:
         fail(f"output folder {out!r} cannot be created ({error.strerror or error}{where})")
     if reason := write_probe_error(out):
         fail(f"output folder {out!r} cannot be written ({reason})")
-    for name in (*OUTPUTS, TREND):
+    for name in (*OUTPUTS, TREND, *MARGINS):
         path = os.path.join(out, name)
         if os.path.lexists(path) and not (os.path.isfile(path) and os.access(path, os.W_OK)):
             fail(f"output folder {out!r} cannot be written: {path!r} exists and is not a writable file")
 
 
-def write_outputs(out: str, groups: dict, n_boot: int, seed: int) -> list[str]:
-    """The bootstrap, then the tables and the figures of OUTPUTS (and TREND where it applies), into `out`: the names
-    written."""
+def margins(rows: list[dict], baselines: list[str]) -> list[dict]:
+    """Per env, each method that is not a baseline against the best baseline of that env, by the mean final return and
+    by the mean nAUC (the best taken per measure): the method's mean, the best baseline's name and mean, the margin."""
+    is_baseline = (lambda name: name in baselines) if baselines else (lambda name: not name.startswith("dsdpg"))
+    found = []
+    for env in dict.fromkeys(row["env"] for row in rows):
+        mine = [row for row in rows if row["env"] == env]
+        reference = [row for row in mine if is_baseline(row["script"])]
+        if not reference:
+            continue
+        for row in (row for row in mine if not is_baseline(row["script"])):
+            margin = {"script": row["script"], "env": env, "noise": row["noise"], "n_seeds": row["n_seeds"]}
+            for measure in ("final_eval_return", "nauc"):
+                best = max(reference, key=lambda other: other[f"{measure}_mean"])
+                margin |= {
+                    f"{measure}_mean": row[f"{measure}_mean"],
+                    f"{measure}_best_baseline": best["script"],
+                    f"{measure}_best_baseline_mean": best[f"{measure}_mean"],
+                    f"{measure}_margin": row[f"{measure}_mean"] - best[f"{measure}_mean"],
+                }
+            found.append(margin)
+    return found
+
+
+def write_margins(out: str, found: list[dict]) -> None:
+    write_csv(os.path.join(out, MARGINS[0]), found, list(found[0]))
+    lines = [
+        "| method | env | seeds | final return, mean | best baseline | margin | nAUC, mean | best baseline | margin |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m in found:
+        final = f"{m['final_eval_return_mean']:.2f} | {m['final_eval_return_best_baseline']} "
+        final += f"{m['final_eval_return_best_baseline_mean']:.2f} | {m['final_eval_return_margin']:+.2f}"
+        nauc = f"{m['nauc_mean']:.2f} | {m['nauc_best_baseline']} {m['nauc_best_baseline_mean']:.2f} | "
+        nauc += f"{m['nauc_margin']:+.2f}"
+        lines.append(f"| {m['script']} | {m['env']} | {m['n_seeds']} | {final} | {nauc} |")
+    with open(os.path.join(out, MARGINS[1]), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def write_outputs(out: str, groups: dict, n_boot: int, seed: int, baselines: list[str] = ()) -> list[str]:
+    """The bootstrap, then the tables and the figures of OUTPUTS (and TREND and MARGINS where they apply), into `out`:
+    the names written."""
     rows = summarise(groups, n_boot, seed)
     ordered_runs = [run for members in groups.values() for run in members]
     write_csv(
@@ -689,16 +736,20 @@ def write_outputs(out: str, groups: dict, n_boot: int, seed: int) -> list[str]:
     plot_bars(os.path.join(out, "nauc.png"), groups, rows, "nauc", "nAUC")
     plot_curves(os.path.join(out, "curves.png"), groups)
     plot_performance_profiles(os.path.join(out, "performance_profile.png"), groups, n_boot, seed)
-    return [*OUTPUTS, TREND] if plot_trend(os.path.join(out, TREND), groups, rows) else list(OUTPUTS)
+    written = [*OUTPUTS, TREND] if plot_trend(os.path.join(out, TREND), groups, rows) else list(OUTPUTS)
+    if found := margins(rows, list(baselines)):
+        write_margins(out, found)
+        written += MARGINS
+    return written
 
 
-def aggregate(runs: list[dict], out: str, n_boot: int, seed: int) -> tuple[dict, str, list[str]]:
+def aggregate(runs: list[dict], out: str, n_boot: int, seed: int, baselines: list[str] = ()) -> tuple[dict, str, list[str]]:
     """The runs grouped, their outputs written to `out` (checked writable first): (the groups, table.md's text, the
     names written)."""
     prepare_out(out)
     groups = group_runs(runs)
     try:
-        written = write_outputs(out, groups, n_boot, seed)
+        written = write_outputs(out, groups, n_boot, seed, baselines)
         with open(os.path.join(out, "table.md")) as f:
             return groups, f.read(), written
     except OSError as error:
@@ -728,7 +779,12 @@ def main(args: Args) -> None:
         if not any(name in run["args"] for run in runs):
             fail(f"--split-by {name}: no run has that setting (names as in summary.json's args, e.g. dyna_reward)")
     out = args.out if args.out is not None else os.path.join(args.runs_dir, "aggregate")
-    groups, table, written = aggregate(runs, out, args.bootstrap_samples, args.seed)
+    unknown = sorted(set(args.baselines) - {run["script"] for run in runs})
+    if unknown:
+        fail(
+            f"--baselines {', '.join(unknown)}: no run has that method (the runs have {', '.join(sorted({r['script'] for r in runs}))})"
+        )
+    groups, table, written = aggregate(runs, out, args.bootstrap_samples, args.seed, args.baselines)
     if stopped:
         note = f"\nStopped on a non-finite loss, not in the table ({len(stopped)}): " + ", ".join(stopped) + "\n"
         for run_dir in stopped:

@@ -508,3 +508,33 @@ def test_an_experiment_script_refuses_extra_arguments_before_any_work(tmp_path, 
     name = script.split("/")[-1]
     assert result.returncode == 1 and result.stderr == f"{name}.sh: error: one argument at most, GRID_DIR (got 2)\n"
     assert not (tmp_path / "grid").exists()
+
+
+def test_margins_are_each_method_against_the_best_baseline_per_env_and_measure():
+    """aggregate.margins: per env, a non-baseline method's mean minus the best baseline's mean, the best taken per
+    measure (here MAGE by final return, TD3 by nAUC); envs without a baseline give no row; by default the baselines
+    are the methods not named dsdpg*."""
+    aggregate = load_benchmark("aggregate")
+
+    def row(script: str, env: str, final: float, nauc: float) -> dict:
+        return {
+            "script": script,
+            "env": env,
+            "noise": "none",
+            "n_seeds": 3,
+            "final_eval_return_mean": final,
+            "nauc_mean": nauc,
+        }
+
+    rows = [
+        row("td3", "A", 2.0, 3.0),
+        row("mage", "A", 4.0, 1.0),
+        row("dsdpg_x", "A", 5.0, 2.5),
+        row("dsdpg_x", "B", 1.0, 1.0),
+    ]
+    (found,) = aggregate.margins(rows, ["td3", "mage"])
+    assert (found["script"], found["env"]) == ("dsdpg_x", "A")
+    assert (found["final_eval_return_best_baseline"], found["final_eval_return_margin"]) == ("mage", 1.0)
+    assert (found["nauc_best_baseline"], found["nauc_margin"]) == ("td3", -0.5)
+    assert aggregate.margins(rows, []) == [found]  # td3 and mage are the default baselines: not named dsdpg*
+    assert [m["script"] for m in aggregate.margins(rows, ["td3"])] == ["mage", "dsdpg_x"]
