@@ -668,19 +668,19 @@ def main(args: Args) -> None:
         """A fresh replay batch and one critic step on it: what the actor step and the logs read."""
         data = rb.sample(args.batch_size)
         targets = sobolev_targets(
-            data.obs,
-            data.actions,
-            data.rewards,
-            data.terminations,
-            world_model,
-            target_actor,
-            target_critic,
-            args.gamma,
-            args.policy_noise,
-            args.noise_clip,
-            args.num_samples,
-            args.dyna_reward,
-            args.sobolev == "complete",
+            obs=data.obs,
+            actions=data.actions,
+            rewards=data.rewards,
+            terminations=data.terminations,
+            world_model=world_model,
+            target_actor=target_actor,
+            target_critic=target_critic,
+            gamma=args.gamma,
+            policy_noise=args.policy_noise,
+            noise_clip=args.noise_clip,
+            num_samples=args.num_samples,
+            dyna_reward=args.dyna_reward,
+            complete=args.sobolev == "complete",
         )  # (B, 2N, 1+A[+S])
         targets = truncate_top(targets, args.truncation)  # (B, K, 1+A[+S]); predictions (2, B, N, 1+A[+S]):
         predictions = sobolev_samples(critic, data.obs, data.actions, args.num_samples, args.sobolev == "complete")

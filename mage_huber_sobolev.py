@@ -467,11 +467,11 @@ def main(args: Args) -> None:
             world_model,
             target_actor,
             target_critic,
-            args.gamma,
-            args.policy_noise,
-            args.noise_clip,
-            args.double_q,
-            args.dyna_reward,
+            gamma=args.gamma,
+            policy_noise=args.policy_noise,
+            noise_clip=args.noise_clip,
+            double_q=args.double_q,
+            dyna_reward=args.dyna_reward,
         )  # (B, 1+A)
         predictions = sobolev_samples(critic, data.obs, data.actions)  # (2, B, 1+A)
         qf_loss = critic_loss(predictions, targets, args.grad_loss_weight, args.td_loss)
