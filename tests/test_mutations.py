@@ -134,8 +134,8 @@ def test_the_critic_update_trains_on_the_truncated_targets(name, monkeypatch, tm
     computed, calls = [], []
     original_targets, original_loss = getattr(module, target_function), module.critic_loss
 
-    def recorded_targets(*inputs):
-        computed.append(original_targets(*inputs))
+    def recorded_targets(*inputs, **keywords):
+        computed.append(original_targets(*inputs, **keywords))
         return computed[-1]
 
     def recorded_loss(*inputs):
