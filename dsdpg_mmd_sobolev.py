@@ -468,8 +468,9 @@ def sobolev_targets(
 
     (s'_k, r^_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise), y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k),
     r_k the replay reward with r^_k's gradient or r^_k itself (`dyna_reward` "replay" or "model", see `dyna_rewards`).
-    Every sample has its own copy of the inputs, every critic its own cotangent: no gradient is summed over samples or
-    mixed between critics. The noise is drawn in a fixed order whatever `actions` is (deterministic in it per seed).
+    dy_ck/da is its total derivative: the paper's Sobolev Bellman target (Eqs. fsaret, fsaaction; g for the dynamics).
+    Every sample has its own input copy, every critic its own cotangent; one torch.autograd.grad(...,
+    is_grads_batched=True) vmaps the backward over the E critics' cotangents. The noise is drawn in a fixed order.
     """
     batch, n, act_dim, num_critics = obs.shape[0], num_samples, actions.shape[-1], target_critic.num_critics
     with torch.enable_grad():
