@@ -11,6 +11,7 @@ module (`script`) and use its `check_args` and `make_env`.
 
 import atexit
 import glob
+import itertools
 import json
 import math
 import os
@@ -234,11 +235,8 @@ def open_run(args, script: ModuleType) -> "Run":
             run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
         env = script.make_env(args)
         check_memory(args, env.observation_space.shape[0], env.action_space.shape[0])
-        created = [folder for folder in (run_dir, os.path.dirname(run_dir)) if folder and not os.path.isdir(folder)]
-        try:
-            os.makedirs(run_dir, exist_ok=True)
-        except OSError as error:
-            raise ValueError(f"cannot write to {run_dir}: {error.strerror or error}") from None
+        if checkpoint is None:  # a resumed run writes on in its own folder
+            run_dir, created = make_run_folder(run_dir)
         if args.capture_video:
             from flag_extras import make_video_env
 
@@ -257,6 +255,29 @@ def open_run(args, script: ModuleType) -> "Run":
         run.cleanup = partial(remove_unstarted, created)
         atexit.register(run.cleanup)
     return run
+
+
+def make_run_folder(run_dir: str) -> tuple[str, list[str]]:
+    """Create the folder `run_dir` (CleanRL's runs/<run name>) exclusively, or `run_dir`__2, __3, ... if another run
+    made it (two runs started in the same second): a run never writes into a folder another run made. Returns the
+    folder and the folders created (it, then its parent `runs/` if new); a failure is a one-line ValueError."""
+    parent, created = os.path.dirname(run_dir), []
+    try:
+        if parent and not os.path.isdir(parent):
+            os.makedirs(parent, exist_ok=True)  # another run may make it at the same time
+            created.append(parent)
+        for number in itertools.count(1):
+            name = run_dir if number == 1 else f"{run_dir}__{number}"
+            try:
+                os.mkdir(name)
+                return name, [name, *created]
+            except FileExistsError:
+                continue
+    except OSError as error:
+        for folder in created:  # `runs/`, made here, if no other run is in it yet
+            with suppress(OSError):
+                os.rmdir(folder)
+        raise ValueError(f"cannot write to {run_dir}: {error.strerror or error}") from None
 
 
 def remove_unstarted(created: list[str]) -> None:
