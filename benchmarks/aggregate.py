@@ -50,7 +50,9 @@ Choices:
     * Curves: the seeds of a group are aligned on the eval steps they all have, then the median and the 25th and
       75th percentiles are taken per step.
     * Runs without summary.json (unfinished) are counted and left out; a group whose runs differ in settings other
-      than the seed (e.g. --total-timesteps), or that repeats a seed, is aggregated with a warning on stderr.
+      than the seed (e.g. --total-timesteps), or that repeats a seed, is aggregated with a warning on stderr; but a
+      run_grid.py job folder (one with job.json: one seed of one setting, run once) holding two finished runs is
+      refused in one line naming them (one job run twice, e.g. beside an orphan of a killed grid, is not two seeds).
     * A run that stopped on a non-finite loss (a nonfinite_checkpoint.pt and no summary.json) is not counted as
       unfinished: it is named in a warning and below the table in table.md and on stdout, so a diverged run never
       vanishes from the results without a word.
@@ -312,7 +314,27 @@ def load_runs(
         )
     for path, reason in bad:
         warn(f"{path} is not a run summary ({reason}); left out")
+    refuse_repeated_jobs(runs)
     return runs
+
+
+def refuse_repeated_jobs(runs: list[dict]) -> None:
+    """Exit in one line if a run_grid.py job folder (<job dir>/runs/<run>, with <job dir>/job.json) holds more than one
+    of the runs: a job is one seed of one setting, run once, so its runs would count one seed several times."""
+    by_job = defaultdict(list)
+    for run in runs:
+        runs_folder = os.path.dirname(os.path.normpath(run["run_dir"]))
+        job_dir = os.path.dirname(runs_folder)
+        if os.path.basename(runs_folder) == "runs" and os.path.isfile(os.path.join(job_dir, "job.json")):
+            by_job[job_dir].append(run)
+    for job_dir, members in sorted(by_job.items()):
+        if len(members) > 1:
+            seeds = ", ".join(str(seed) for seed in sorted({run["seed"] for run in members}))
+            names = ", ".join(sorted(os.path.basename(run["run_dir"]) for run in members))
+            fail(
+                f"{job_dir} holds {len(members)} finished runs of one grid job (seed {seeds}: {names}), not "
+                f"{len(members)} seeds; keep one and remove the others"
+            )
 
 
 def stopped_runs(runs_dir: str) -> list[str]:

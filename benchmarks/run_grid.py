@@ -37,9 +37,13 @@ Choices:
       over to finish the grid and see the summary. `--backend submitit-local` goes through the same submitit code
       with its LocalExecutor (--workers jobs at a time, the same --slurm-time-min), to try the Slurm path on one
       machine; it hides GPUs unless `--slurm-gpus-per-task` asks for some.
-    * A job another invocation is running (its `job.lock` is held) is reported as busy, not started twice.
+    * A job another invocation is running (its `job.lock` is held) is reported as busy, not started twice. The run
+      inherits the lock, so a run that outlives its run_grid (killed with SIGKILL) still holds it.
     * Ctrl-C (local backend) sends one SIGINT to every running job, which then writes its checkpoint and is reported
-      as interrupted; jobs not started yet are not started; the exit status is 130.
+      as interrupted; jobs not started yet are not started; the exit status is 130. SIGTERM (`kill`, a scheduler)
+      and SIGHUP (a closed terminal) do the same, said in one line, with exit status 143 and 129 (a second one is
+      ignored while the jobs write their checkpoints); an ignored SIGHUP (`nohup`) stays ignored. With
+      submitit-local they stop the jobs through submitit (SIGINT, then the same checkpoint); Slurm's jobs keep running.
     * `--common` comes before the flag set on the command line, so a flag set can override a common flag. `--env-id`,
       `--seed` and `--resume` belong to the grid and may not appear in either. A flag set that changes the algorithm
       rather than the noise (e.g. `--no-dyna`) should also set `--exp-name`, which aggregate.py uses as the method's
@@ -296,6 +300,40 @@ def unignore_sigint() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread as Ctrl-C raises KeyboardInterrupt: the grid stops the same way."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stopped_like_ctrl_c():
+    """While the jobs run, SIGTERM and SIGHUP raise `Stopped` once (a further one is ignored: the jobs are writing
+    their checkpoints); an ignored one (`nohup`) stays ignored. The previous handlers are restored after."""
+
+    def stop(signum: int, frame: object) -> None:
+        for name in previous:
+            signal.signal(name, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    previous = {name: signal.getsignal(name) for name in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {name: handler for name, handler in previous.items() if handler is not signal.SIG_IGN}
+    for name in previous:
+        signal.signal(name, stop)
+    try:
+        yield
+    finally:
+        for name, handler in previous.items():
+            signal.signal(name, handler)
+
+
+def signal_number(stop: KeyboardInterrupt) -> int:
+    """The signal that stopped the grid: Stopped's, else SIGINT (Ctrl-C)."""
+    return getattr(stop, "signum", signal.SIGINT)
+
+
 class RunJob:
     """Runs one job to completion: the callable a local worker thread or a submitit job executes.
 
@@ -324,11 +362,13 @@ class RunJob:
                 return {**record, "status": "busy", "command": shlex.join(job.command)}
             except OSError:
                 pass  # a file system without locks: run unlocked
-            return self.run_locked(job, record)
+            return self.run_locked(job, record, lock.fileno())
         finally:
             lock.close()
 
-    def run_locked(self, job: Job, record: dict) -> dict:
+    def run_locked(self, job: Job, record: dict, lock_fd: int) -> dict:
+        """Run the job, which inherits the open `job.lock` (`lock_fd`): the lock is held until the run ends, even if
+        this process is killed first, so the job is never started beside a run of it."""
         state, checkpoint = job_state(job.job_dir)
         if state == "done":
             return {**record, "status": "skipped", "command": shlex.join(job.command)}
@@ -353,6 +393,7 @@ class RunJob:
                     stdout=out,
                     stderr=err,
                     start_new_session=True,
+                    pass_fds=(lock_fd,),
                     preexec_fn=(lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN)) if self.under_submitit else None,
                 )
                 try:
@@ -425,25 +466,30 @@ def report(done: int, total: int, record: dict) -> None:
     print(f"[{done}/{total}] {record['status']}{seconds} {record['job']}", flush=True)
 
 
-def run_local(jobs: list[Job], workers: int) -> tuple[list[dict], bool]:
-    """Worker threads, each running one subprocess at a time. Returns the records and whether Ctrl-C stopped it."""
+def run_local(jobs: list[Job], workers: int) -> tuple[list[dict], int | None]:
+    """Worker threads, each running one subprocess at a time. Returns the records and the signal that stopped it (Ctrl-C's
+    SIGINT, SIGTERM, SIGHUP), if one did."""
     runners = {job: RunJob() for job in jobs}
-    records = []
+    records, futures = [], []
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        futures = [pool.submit(runners[job], job) for job in jobs]
         try:
+            futures += [pool.submit(runners[job], job) for job in jobs]
             for future in concurrent.futures.as_completed(futures):
                 records.append(future.result())
                 report(len(records), len(jobs), records[-1])
-        except KeyboardInterrupt:
-            print("run_grid.py: interrupted; stopping the running jobs (they write checkpoints)", file=sys.stderr)
+        except KeyboardInterrupt as stop:  # the jobs first: after SIGHUP the terminal may take no message
             for future in futures:
                 future.cancel()
             for runner in runners.values():
                 runner.interrupt()
+            with contextlib.suppress(OSError):
+                name = signal.Signals(signal_number(stop)).name
+                print(
+                    f"run_grid.py: interrupted by {name}; stopping the running jobs (they write checkpoints)", file=sys.stderr
+                )
             concurrent.futures.wait(futures)
-            return [f.result() for f in futures if not f.cancelled()], True
-    return records, False
+            return [f.result() for f in futures if not f.cancelled()], signal_number(stop)
+    return records, None
 
 
 def make_executor(args: Launch):
@@ -476,11 +522,12 @@ def make_executor(args: Launch):
     return executor
 
 
-def run_submitit(jobs: list[Job], args: Launch) -> tuple[list[dict], bool]:
-    """A Slurm job array (or submitit's LocalExecutor, at most --workers at a time), then wait for every job."""
+def run_submitit(jobs: list[Job], args: Launch) -> tuple[list[dict], int | None]:
+    """A Slurm job array (or submitit's LocalExecutor, at most --workers at a time), then wait for every job. Returns the
+    records and the signal that stopped the waiting, if one did."""
 
     if not jobs:
-        return [], False
+        return [], None
     folder = os.path.join(os.path.abspath(args.grid_dir), "submitit")
     executor = make_executor(args)
     limit = len(jobs) if args.backend == "slurm" else args.workers
@@ -515,7 +562,7 @@ def run_submitit(jobs: list[Job], args: Launch) -> tuple[list[dict], bool]:
                 report(len(records), len(jobs), records[-1])
             if not finished:
                 time.sleep(1)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         if args.backend == "slurm":
             print(
                 f"run_grid.py: interrupted; the {len(running)} submitted jobs keep running in Slurm; re-run this "
@@ -523,9 +570,14 @@ def run_submitit(jobs: list[Job], args: Launch) -> tuple[list[dict], bool]:
                 file=sys.stderr,
             )
         else:
-            print("run_grid.py: interrupted; re-run this command to finish the grid", file=sys.stderr)
-        return records, True
-    return records, False
+            if signal_number(stop) != signal.SIGINT:  # Ctrl-C reached the local jobs through the terminal already
+                for submitted in running:
+                    submitted.cancel()  # SIGINT: RunJob stops its run, which writes its checkpoint
+            name = signal.Signals(signal_number(stop)).name
+            with contextlib.suppress(OSError):
+                print(f"run_grid.py: interrupted by {name}; re-run this command to finish the grid", file=sys.stderr)
+        return records, signal_number(stop)
+    return records, None
 
 
 def attach_flag_values(argv: list[str]) -> list[str]:
@@ -585,7 +637,7 @@ def make_grid_dir(grid_dir: str) -> None:
 
 def launch(jobs: list[Job], options: Launch) -> int:
     """Runs the jobs that are not done (the others are skipped) and prints the summary. Returns the exit status: 0, 1 if
-    a job failed or was busy, 130 if interrupted."""
+    a job failed or was busy, 128 + the signal's number if one stopped it (Ctrl-C: 130, SIGTERM: 143, SIGHUP: 129)."""
     make_grid_dir(options.grid_dir)
     states = {job: job_state(job.job_dir) for job in jobs}
     todo = [job for job in jobs if states[job][0] != "done"]
@@ -595,10 +647,12 @@ def launch(jobs: list[Job], options: Launch) -> int:
         f"{len(todo)} to run",
         flush=True,
     )
-    if options.backend == "local":
-        records, interrupted = run_local(todo, options.workers)
-    else:
-        records, interrupted = run_submitit(todo, options)
+    with stopped_like_ctrl_c():
+        if options.backend == "local":
+            records, stopped_by = run_local(todo, options.workers)
+        else:
+            records, stopped_by = run_submitit(todo, options)
+    interrupted = stopped_by is not None
     counts = {
         status: sum(r["status"] == status for r in records) for status in ("ok", "skipped", "failed", "busy", "interrupted")
     }
@@ -621,7 +675,7 @@ def launch(jobs: list[Job], options: Launch) -> int:
         elif record["status"] == "busy":
             print(f"BUSY: {record['cwd']} (its job.lock is held by another invocation)")
     if interrupted:
-        return 130
+        return 128 + stopped_by
     return 1 if counts["failed"] or counts["busy"] else 0
 
 
