@@ -30,13 +30,13 @@ declare -A TASK=(
 TD3="--no-dyna --exp-name td3_huber_no_dyna"
 TD3_MSE="--no-dyna --td-loss mse --exp-name td3_mse_no_dyna"
 grid() {  # ENV SEEDS SCRIPT [FLAG SET]: one worker of one thread; a failed run (named in the lane's log) does not stop
-    local env=$1 seeds=$2 script=$3 rc=0 common=${TASK[$1]}  # the lane, an interrupt (run_grid's exit 130) does
+    local env=$1 seeds=$2 script=$3 rc=0 common=${TASK[$1]}  # the lane, an interrupt (run_grid's 129/130/143) does
     shift 3
     [[ "${1:-}" != --no-dyna* ]] || common=$(sed -E 's/ --wm-[a-z-]+ [^ ]+//g' <<< "$common")  # no world model
     # shellcheck disable=SC2086
     python benchmarks/run_grid.py --scripts "$script" --env-ids "$env" --seeds $seeds --grid-dir "$GRID_DIR" \
         --workers 1 --threads-per-job 1 --common "$common" ${1+--flag-sets "$1"} || rc=$?
-    [[ $rc != 130 ]] || exit 130
+    [[ $rc != 129 && $rc != 130 && $rc != 143 ]] || exit $rc  # SIGHUP, Ctrl-C, SIGTERM: the lane stops too
     [[ $rc == 0 ]] || failed=1
 }
 failed=0
