@@ -11,7 +11,8 @@ policy saw,
     their mean over `--samples` draws,
 beside the world model's value error (its mean next observation and reward against the simulator's). Per probe:
 relative Frobenius error |J_model - J_sim| / |J_sim| and the cosine between the two (flattened), for the mean
-Jacobian and for single draws; printed as medians and quartiles over the probes, written as JSON with --out.
+Jacobian and for single draws (with one action dimension, as on IDP, the cosine of d r/da is only its sign), and the
+Jacobians' norms; printed as medians and quartiles over the probes, written as JSON with --out.
 
 Usage (a checkpoint.pt of any Dyna script, or its run folder; deterministic MuJoCo tasks, no --dyn-noise):
     python benchmarks/wm_gradients.py benchmarks/mujoco_cpu/grid/.../runs/<run>/ --probes 200 --out wm.json
@@ -160,6 +161,7 @@ def probe(env, actor, world_model, args: Args) -> list[dict]:
                     ),
                     "reward_error": float(abs(m_reward.mean() - reward)),
                     "ds_da_norm": [float(np.linalg.norm(m_d_obs.mean(0))), float(np.linalg.norm(d_obs))],
+                    "dr_da_norm": [float(np.linalg.norm(m_d_reward.mean(0))), float(np.linalg.norm(d_reward))],
                 }
             )
         obs, _, terminated, truncated, _ = env.step(action)
@@ -184,7 +186,7 @@ def main(args: Args) -> None:
     torch.set_num_threads(1)
     rows = probe(env, actor, world_model, args)
     summary = {
-        "run": os.path.abspath(args.checkpoint),
+        "run": args.checkpoint,
         "script": script.__name__,
         "env_id": run_args.env_id,
         "probes": len(rows),
@@ -197,6 +199,9 @@ def main(args: Args) -> None:
         "single_draw_cosine": quartiles([r["single_draw"][1] for r in rows]),
         "next_obs_error_over_change": quartiles([r["next_obs_error"] for r in rows]),
         "reward_error": quartiles([r["reward_error"] for r in rows]),
+        "ds_da_norm_simulator": quartiles([r["ds_da_norm"][1] for r in rows]),
+        "dr_da_norm_simulator": quartiles([r["dr_da_norm"][1] for r in rows]),
+        "dr_da_norm_model": quartiles([r["dr_da_norm"][0] for r in rows]),
     }
     print(f"{summary['script']} on {summary['env_id']}: {len(rows)} probes over {summary['episodes']} episodes")
     print("quartiles (25 / 50 / 75 %) over the probes:")
