@@ -20,20 +20,20 @@ export PYTHONUNBUFFERED=1
 log() { echo "$(date +%T) $*" | tee -a "$OUT_DIR/run.log"; }
 left() { local s=$((DEADLINE - $(date +%s) - $1)); echo $((s > 5 ? s : 5)); }  # seconds left, keeping $1 for later
 log "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
-log "$(python -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())")"
+log "$(python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())")"
 SCRIPTS=()
 for script in td3_huber mage_huber_sobolev mmd_critic iqn dsdpg_mmd_sobolev dsdpg_msmmd_sobolev; do
     SCRIPTS+=("$script" "$script@cudagraphs=true")
 done
-timeout "$(left 150)" python benchmarks/timing.py --device cuda --env-id Humanoid-v4 --seconds "$SECONDS_TIMED" \
+timeout "$(left 150)" python3 benchmarks/timing.py --device cuda --env-id Humanoid-v4 --seconds "$SECONDS_TIMED" \
     --scripts "${SCRIPTS[@]}" --out "$OUT_DIR/humanoid_cuda.json" > "$OUT_DIR/timing.log" 2>&1
 log "timing: exit $?"
 grep -h "ms/iteration" "$OUT_DIR/timing.log" | tee -a "$OUT_DIR/run.log"
-timeout "$(left 60)" python -m pytest -q -s tests/test_cudagraphs.py -k real_capture_gives \
+timeout "$(left 60)" python3 -m pytest -q -s tests/test_cudagraphs.py -k real_capture_gives \
     > "$OUT_DIR/cudagraphs_check.log" 2>&1
 log "capture check: exit $?; $(grep -h 'graphs vs eager' "$OUT_DIR/cudagraphs_check.log" | wc -l) runs compared"
 grep -h "graphs vs eager\|passed\|failed" "$OUT_DIR/cudagraphs_check.log" | tee -a "$OUT_DIR/run.log"
-timeout "$(left 0)" python benchmarks/timing.py --device cuda --env-id Humanoid-v4 --seconds "$SECONDS_TIMED" \
+timeout "$(left 0)" python3 benchmarks/timing.py --device cuda --env-id Humanoid-v4 --seconds "$SECONDS_TIMED" \
     --no-breakdown --scripts "dsdpg_msmmd_sobolev@compile=true" --out "$OUT_DIR/humanoid_cuda_compile.json" \
     >> "$OUT_DIR/timing.log" 2>&1
 log "compile: exit $?; $(grep -h 'compile=true: .*ms/iteration' "$OUT_DIR/timing.log")"
