@@ -276,9 +276,10 @@ def writable_folder(path: str) -> None:
         raise ValueError(f"cannot write to {path}: {error.strerror or error}") from None
 
 
-def budget_given(argv: list[str]) -> bool:
-    """Whether --total-timesteps was given on the command line (tyro fills in its default otherwise)."""
-    return any(arg == "--total-timesteps" or arg.startswith("--total-timesteps=") for arg in argv)
+def given(argv: list[str], name: str) -> bool:
+    """Whether the flag of Args field `name` is on the command line `argv` (tyro fills in its default otherwise)."""
+    flag = "--" + name.replace("_", "-")
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
 
 
 def resumed_args(cli_args, saved: dict, argv: list[str]):
@@ -289,7 +290,7 @@ def resumed_args(cli_args, saved: dict, argv: list[str]):
     taken = ["cuda", "resume", "capture_video", "track", "wandb_project_name", "wandb_entity"]
     for field in fields(Args):
         name = field.name
-        if name in taken or (name == "total_timesteps" and budget_given(argv)):
+        if name in taken or (name == "total_timesteps" and given(argv, name)):
             setattr(args, name, getattr(cli_args, name))
         elif name == "total_timesteps":
             continue
@@ -353,12 +354,6 @@ def restore(checkpoint: dict, stateful: dict, env: gym.Env, device: torch.device
 
 NOISE_FLAGS = ("obs_noise", "obs_noise_scale", "dyn_noise", "dyn_noise_std")
 """the experiment's noise: --evaluate takes these from the command line where given there, else from the run"""
-
-
-def given(argv: list[str], name: str) -> bool:
-    """Whether the flag of Args field `name` is on the command line `argv` (tyro fills in its default otherwise)."""
-    flag = "--" + name.replace("_", "-")
-    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
 
 
 def evaluate_saved_model(args, script: ModuleType, argv: list[str] | None = None) -> None:
