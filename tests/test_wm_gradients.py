@@ -1,16 +1,13 @@
 """benchmarks/wm_gradients.py: the simulator's finite-difference Jacobians and the world model's autodiff ones, each
 against an independent computation, and the probe leaving the rollout's state as it found it."""
 
-import sys
-
 import numpy as np
 import torch
-from helpers import ROOT
+from helpers import load_benchmark
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import wm_gradients  # noqa: E402
+import td3_huber
 
-import td3_huber  # noqa: E402
+wm_gradients = load_benchmark("wm_gradients")
 
 
 def idp_env(seed: int = 3):
