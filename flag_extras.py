@@ -1,31 +1,20 @@
 """What a flag adds to the RL scripts beyond their algorithm and their run's bookkeeping (run_bookkeeping.py), written
 once beside them and imported only under its flag (as CleanRL imports `cleanrl_utils.evals` under `--save-model`): the
-flow world model (`--world-model flow`), CUDA-graph capture (`--cudagraphs`), reading and validating a checkpoint
-(`--resume`), evaluating a saved model (`--evaluate`), W&B (`--track`), video (`--capture-video`) and the CPU cost note.
-
-Functions that need a script's own pieces take the script's module (`script`) and use its `Args`, `check_args`,
-`make_env` and `Actor`; the evaluation is run_bookkeeping.py's.
+flow world model (`--world-model flow`), CUDA-graph capture (`--cudagraphs`), W&B (`--track`), video
+(`--capture-video`) and compilation (`--compile`). It imports no other module of the project: run_bookkeeping.py
+imports it under --track and --capture-video, the scripts under the other flags.
 """
 
-import copy
 import glob
-import json
 import math
 import os
-import sys
-import tempfile
-import time
 import warnings
 from collections.abc import Callable
-from dataclasses import fields
 from types import ModuleType
 
 import gymnasium as gym
-import numpy as np
 import torch
 import torch.nn as nn
-
-import run_bookkeeping
 
 
 # FLOW WORLD MODEL (--world-model flow)
@@ -233,187 +222,6 @@ class CudaGraphStep:
         return self.outputs
 
 
-# RESUME (--resume) AND EVALUATE (--evaluate)
-def file_in_run(path: str, *names: str) -> str:
-    """`path` itself, or in a run folder the first of the files `names` that exists there (else the first name)."""
-    if not os.path.isdir(path):
-        return path
-    found = [os.path.join(path, name) for name in names if os.path.isfile(os.path.join(path, name))]
-    return found[0] if found else os.path.join(path, names[0])
-
-
-def load_checkpoint(path: str, script: ModuleType) -> dict:
-    """torch.load(path, weights_only=True) of a checkpoint or model the script wrote; anything else is a ValueError."""
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # garbage, empty and truncated files fail in pickle, zip and OS errors alike
-        raise ValueError(f"cannot read {path!r} ({type(error).__name__}): it is damaged, empty or truncated") from None
-    name = os.path.basename(script.__file__)
-    if not isinstance(saved, dict) or saved.get("script") != name:
-        writer = (saved.get("script") or "an older version of the scripts") if isinstance(saved, dict) else "something else"
-        raise ValueError(f"{path!r} was written by {writer}; this is {name}")
-    if not all(torch.isfinite(tensor).all() for tensor in floating_tensors(saved)):
-        raise ValueError(f"{path!r} holds non-finite weights: a run stopped by a NaN/inf saves one for inspection only")
-    return saved
-
-
-def floating_tensors(value) -> list[torch.Tensor]:
-    """Every floating-point tensor in a nest of dicts, lists and tuples (a checkpoint)."""
-    if isinstance(value, torch.Tensor):
-        return [value] if value.is_floating_point() else []
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else []
-    return [tensor for item in items for tensor in floating_tensors(item)]
-
-
-def writable_folder(path: str) -> None:
-    """Create `path` if needed and write a file in it, or raise a ValueError naming it (root ignores permission bits, so
-    the check writes rather than asks)."""
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as error:
-        raise ValueError(f"cannot write to {path}: {error.strerror or error}") from None
-
-
-def given(argv: list[str], name: str) -> bool:
-    """Whether the flag of Args field `name` is on the command line `argv` (tyro fills in its default otherwise)."""
-    flag = "--" + name.replace("_", "-")
-    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
-
-
-def resumed_args(cli_args, saved: dict, argv: list[str]):
-    """The checkpoint's settings, its step budget included; the device, tracking and videos come from the command line,
-    and the budget too where --total-timesteps is given there."""
-    Args = type(cli_args)
-    args, defaults = Args(**saved), Args()
-    taken = ["cuda", "resume", "capture_video", "track", "wandb_project_name", "wandb_entity"]
-    for field in fields(Args):
-        name = field.name
-        if name in taken or (name == "total_timesteps" and given(argv, name)):
-            setattr(args, name, getattr(cli_args, name))
-        elif name == "total_timesteps":
-            continue
-        elif getattr(cli_args, name) != getattr(defaults, name) and getattr(cli_args, name) != saved[name]:
-            print(f"warning: --{name.replace('_', '-')} ignored on resume (the run uses {saved[name]!r})", file=sys.stderr)
-    return args
-
-
-def read_checkpoint(args, script: ModuleType, argv: list[str] | None = None) -> tuple:
-    """--resume: (the run's Args, with the command line's device, tracking and video, and its step budget unless
-    --total-timesteps is given in `argv` (sys.argv); the checkpoint; the run folder). The checkpoint's states are loaded
-    later by `restore`; every problem is a one-line ValueError. A finished run (summary.json written) is left as it is."""
-    argv = sys.argv[1:] if argv is None else argv
-    args.resume = file_in_run(args.resume, "checkpoint.pt")
-    script.check_args(run_bookkeeping.effective_args(args))  # a flag that changes nothing is ignored on resume
-    checkpoint = load_checkpoint(args.resume, script)
-    if "global_step" not in checkpoint:
-        raise ValueError(f"{args.resume!r} is a saved model, not a checkpoint: --resume takes checkpoint.pt or its run folder")
-    try:
-        args = resumed_args(args, checkpoint["args"], argv)
-    except (KeyError, TypeError) as error:
-        raise ValueError(f"cannot resume from {args.resume!r}: {' '.join(str(error).split())}") from None
-    script.check_args(run_bookkeeping.effective_args(args))  # a run started before such flags were refused resumes
-    step, run_dir = checkpoint["global_step"], os.path.dirname(os.path.abspath(args.resume))
-    if args.total_timesteps < step:
-        raise ValueError(
-            f"--total-timesteps {args.total_timesteps} is below the checkpoint's step {step}: resuming would repeat steps"
-        )
-    if args.total_timesteps == step and os.path.isfile(os.path.join(run_dir, "summary.json")):  # else: finish its outputs
-        print(
-            f"{run_dir} is at step {step} of {step}: nothing to do (a larger --total-timesteps continues it)", file=sys.stderr
-        )
-        raise SystemExit(0)
-    if args.total_timesteps <= args.learning_starts:
-        raise ValueError(
-            f"--total-timesteps {args.total_timesteps} is not above the run's --learning-starts {args.learning_starts}: "
-            "no update would ever run (give a larger --total-timesteps)"
-        )
-    writable_folder(run_dir)
-    return args, checkpoint, run_dir
-
-
-def restore(checkpoint: dict, stateful: dict, env: gym.Env, device: torch.device) -> tuple:
-    """Load every stateful object's state (the checkpoint's entry of the same name) and the RNG states; returns the
-    loop's counters (start step, critic updates, evaluation steps and returns, wall time so far). A checkpoint that does
-    not fit (an older version of the script) stops the run in one line."""
-    try:
-        for name, state in stateful.items():
-            state.load_state_dict(checkpoint[name])
-    except (RuntimeError, KeyError, ValueError) as error:
-        raise SystemExit(
-            f"{checkpoint['script']}: error: cannot resume from this checkpoint: {' '.join(str(error).split())}"
-        ) from None
-    torch.set_rng_state(checkpoint["torch_rng"])
-    if device.type == "cuda" and checkpoint["cuda_rng"] is not None:
-        torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
-    env.unwrapped.np_random.bit_generator.state = checkpoint["env_rng"]
-    counters = ("global_step", "num_critic_updates", "eval_steps", "eval_returns", "wall_time_s")
-    return tuple(checkpoint[name] for name in counters)
-
-
-NOISE_FLAGS = ("obs_noise", "obs_noise_scale", "dyn_noise", "dyn_noise_std")
-"""the experiment's noise: --evaluate takes these from the command line where given there, else from the run"""
-
-
-def evaluate_saved_model(args, script: ModuleType, argv: list[str] | None = None) -> None:
-    """--evaluate: the saved actor over --eval-episodes deterministic episodes of its run's env and evaluation seeds,
-    under the run's noise settings, or under the noise flags given on the command line `argv` (sys.argv; said in one
-    line: evaluating a policy under other noise is an experiment of its own); mean +- std printed and written to
-    evaluation.json beside the model, with the noise it was evaluated under and the noise the run trained with."""
-    argv = sys.argv[1:] if argv is None else argv
-    args.evaluate = file_in_run(args.evaluate, "model.pt", "checkpoint.pt")
-    script.check_args(args)
-    saved = load_checkpoint(args.evaluate, script)
-    try:
-        run_args = script.Args(**saved["args"])
-        if args.env_id not in (script.Args.env_id, run_args.env_id):
-            raise ValueError(f"{args.evaluate!r} holds a policy for {run_args.env_id}, not for {args.env_id}")
-        trained_noise = {name: getattr(run_args, name) for name in NOISE_FLAGS}
-        for name in NOISE_FLAGS:
-            if given(argv, name):
-                setattr(run_args, name, getattr(args, name))
-        if (noise := {name: getattr(run_args, name) for name in NOISE_FLAGS}) != trained_noise:
-            differ = [name for name in NOISE_FLAGS if noise[name] != trained_noise[name]]
-            said = ", ".join(f"--{name.replace('_', '-')} {noise[name]} (trained: {trained_noise[name]})" for name in differ)
-            print(f"evaluating under the noise given: {said}", file=sys.stderr)
-        run_args.eval_episodes, run_dir = args.eval_episodes, os.path.dirname(os.path.abspath(args.evaluate))
-        writable_folder(run_dir)
-        env = (
-            make_video_env(run_args, script.make_env, os.path.join(run_dir, "videos"))
-            if args.capture_video
-            else script.make_env(run_args)
-        )
-        device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-        actor = script.Actor(env.observation_space.shape[0], env.action_space.shape[0], run_args.hidden_dim).to(device)
-        actor.load_state_dict(saved["actor"])
-    except (RuntimeError, KeyError, TypeError) as error:
-        raise ValueError(f"cannot evaluate {args.evaluate!r}: {' '.join(str(error).split())}") from None
-    if args.capture_video:
-        env.name_prefix = "evaluate"
-    returns = run_bookkeeping.evaluate(actor, env, args.eval_episodes, run_args.seed + 100_000, device)
-    result = {
-        "model": args.evaluate,
-        "env_id": run_args.env_id,
-        **{name: getattr(run_args, name) for name in NOISE_FLAGS},
-        "trained_noise": trained_noise,
-        "episodes": len(returns),
-        "mean_return": float(np.mean(returns)),
-        "std_return": float(np.std(returns)),
-        "returns": returns,
-    }
-    path, number = os.path.join(run_dir, "evaluation.json"), 1
-    while os.path.exists(path):  # earlier evaluations are kept: evaluation-2.json, evaluation-3.json, ...
-        number += 1
-        path = os.path.join(run_dir, f"evaluation-{number}.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
-    print(
-        f"eval return {result['mean_return']:.2f} +- {result['std_return']:.2f} over {len(returns)} episodes of {run_args.env_id}; written to {path}"
-    )
-    env.close()
-
-
 # TRACKING (--track) AND VIDEO (--capture-video)
 def start_tracking(args, run_dir: str) -> ModuleType:
     """wandb.init as CleanRL does: TensorBoard synced, hyperparameters and code saved; the W&B run's id is the run
@@ -465,79 +273,11 @@ def make_video_env(args, make_env: Callable, video_dir: str) -> gym.Env:
     raise ValueError(f"--capture-video: cannot render ({'; '.join(errors)}); see the README's 'Tracking and videos'")
 
 
-# COMPILATION (--compile) AND THE CPU COST NOTE
-def compile_parts(actor: nn.Module, world_model: nn.Module | None, script: ModuleType) -> None:
-    """torch.compile the parts never differentiated twice or under vmap: the actor, the world-model loss and, in
-    DSDPG-MSMMD, the slicing search's chunk of steps."""
+# COMPILATION (--compile)
+def compile_parts(actor: nn.Module, world_model: nn.Module | None) -> None:
+    """torch.compile the parts never differentiated twice or under vmap that every script has: the actor and the
+    world-model loss (DSDPG-MSMMD compiles its slicing search's chunk of steps itself)."""
     torch._inductor.config.fallback_random = True  # compiled code draws the same random numbers as eager code
     actor.compile()
     if world_model is not None:  # td3_huber --no-dyna has none
         world_model.loss = torch.compile(world_model.loss)
-    if hasattr(script, "slicing_steps"):
-        script.slicing_steps = torch.compile(script.slicing_steps, fullgraph=True, dynamic=False)
-
-
-def cpu_cost_note(updates: tuple[Callable, Callable], stateful: dict, args, script_file: str) -> None:
-    """Before the warm-up on a CPU: time one critic and one actor update of the fresh networks (under --compile the
-    second of two: the first compiles; on the empty buffer's zero rows; every state and the RNG are put back after, so
-    the run is unchanged) and, if the learning steps will take over an hour, say so with a CPU-sized command."""
-    update_critic, update_actor = updates
-    saved = {name: copy.deepcopy(state.state_dict()) for name, state in stateful.items()}
-    with torch.random.fork_rng(devices=[]):
-        if args.compile:
-            update_actor(update_critic()["obs"])
-        start = time.perf_counter()
-        update_actor(update_critic()["obs"])
-        seconds = time.perf_counter() - start
-    for name, state in stateful.items():
-        state.load_state_dict(saved[name])
-    steps = args.total_timesteps - args.learning_starts
-    hours = args.updates_per_step * seconds * steps / 3600  # an actor update with every critic update: an upper bound
-    if hours > 1:
-        print(
-            f"note: one update takes {seconds:.2f} s on this CPU, so the {steps} learning steps x {args.updates_per_step} "
-            f"updates will take about {hours:.0f} h (plus the warm-up); the defaults are the paper's GPU sizes. A "
-            f"CPU-sized run of the same algorithm (README): {cpu_sized_command(args, script_file)}",
-            file=sys.stderr,
-        )
-
-
-CPU_SIZES = {  # the README's CPU-sized point-mass run
-    "env_id": "PointMass-v0",
-    "total_timesteps": 15000,
-    "learning_starts": 1000,
-    "hidden_dim": 64,
-    "wm_hidden_dim": 64,
-    "batch_size": 64,
-    "updates_per_step": 1,
-    "learning_rate": 1e-3,
-    "wm_learning_rate": 1e-3,
-    "eval_frequency": 1000,
-    "eval_episodes": 20,
-    "truncation": 5.0,
-}
-NOT_CARRIED = ("exp_name", "seed", "cuda", "compile", "cudagraphs", "buffer_size", "contraction_frequency", "capture_video")
-NOT_CARRIED += ("track", "wandb_project_name", "wandb_entity", "save_model", "checkpoint_frequency", "resume", "evaluate")
-
-
-def cpu_sized_command(args, script_file: str) -> str:
-    """The README's CPU-sized point-mass run for this script, with the run's own algorithm: the sizes the script has
-    from CPU_SIZES, in the README's order, then every setting of `args` away from its default that is neither a size
-    nor bookkeeping (--no-dyna, --td-loss, the noise, ...); none that the settings make ineffective (--no-dyna: no
-    world model)."""
-    defaults, names = type(args)(), [field.name for field in fields(args)]
-    settings = {name: value for name, value in CPU_SIZES.items() if name in names}
-    for name in names:
-        value = getattr(args, name)
-        if name not in CPU_SIZES and name not in NOT_CARRIED and value != getattr(defaults, name):
-            settings[name] = value
-    for name in run_bookkeeping.flags_without_effect(type(args)(**{**vars(defaults), **settings})):
-        settings.pop(name, None)
-    words = [f"python {os.path.basename(script_file)}"]
-    for name, value in settings.items():
-        flag = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            words.append(flag if value else "--no-" + name.replace("_", "-"))
-        elif value is not None:
-            words.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
-    return " ".join(words)

@@ -1,12 +1,14 @@
 """A run's bookkeeping, the same in every RL script and no part of any algorithm, written once beside the scripts and
 imported by each (as CleanRL's scripts import `cleanrl_utils`): the checks of the flags every script has, the run folder
-and its envs, checkpoint writing and reading (resume), SIGTERM, the progress bar, the NaN guard, the evaluation of the
-policy and when it is due, periodic checkpoints, `summary.json` and the CPU cost note.
+and its envs, checkpoints (written and read: --resume), SIGTERM, the progress bar, the NaN guard, the evaluation of the
+policy and when it is due (--evaluate: of a saved one), periodic checkpoints, `summary.json` and the CPU cost note.
 
-A script's `main()` calls `open_run(args, script)`, builds its networks, optimizers and replay buffer, calls
-`run.start(...)` and runs its loop `for global_step in run.progress_bar(range(start_step, args.total_timesteps))` from
-the step that returns, calling the `Run` methods it names. Functions that need a script's own pieces take the script's
-module (`script`) and use its `check_args` and `make_env`.
+A script's `main()` calls `open_run(args, __file__, check_args, make_env, Actor)`, naming the pieces of its own this
+module uses (its flag checks, its env factory, its actor class for --evaluate), builds its networks, optimizers and
+replay buffer, calls `run.start(...)` and runs its loop `for global_step in run.progress_bar(range(start_step,
+args.total_timesteps))` from the step that returns, calling the `Run` methods it names. The module runs no algorithm
+code and imports no script; it imports flag_extras.py (which imports nothing of the project) under --track and
+--capture-video.
 """
 
 import atexit
@@ -18,14 +20,14 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from functools import partial
-from types import ModuleType
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 import gymnasium as gym
 import numpy as np
@@ -39,10 +41,24 @@ from tqdm import tqdm
 warnings.filterwarnings("ignore", message=r".*The environment \S+-v4 is out of date", category=DeprecationWarning)
 
 
+class Script(NamedTuple):
+    """What this module uses of the script that calls it, handed over by `open_run`'s caller."""
+
+    name: str  # the file's name, e.g. "td3_huber.py": in messages and checkpoints
+    check_args: Callable  # args -> None, a ValueError naming the first bad flag
+    make_env: Callable  # (args, render_mode=None) -> the training or evaluation env
+    actor_class: type  # Actor(obs_dim, act_dim, hidden_dim): the policy --evaluate loads
+
+
+# THE FLAGS
 def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -> None:
     """Raise ValueError naming the first non-finite float flag, else the first out-of-range flag: the flags every RL
     script has, the script's own `own_checks()` ((ok, message) pairs, made after the finiteness check) after the sizes,
-    then the devices and files."""
+    then the flags without effect, the devices and the files.
+
+    A run's flags are checked in this order, before anything is written: tyro (types and choices, as it parses), this
+    list (the script's `check_args`), then in `open_run` the script's `make_env` (the env id and its action space, which
+    need gymnasium's registry) and `check_memory` (the sizes against the machine, which need the env's dimensions)."""
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"--{name.replace('_', '-')} must be finite (got {value})")
@@ -50,7 +66,7 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
         (0 <= args.seed < 2**32, f"--seed must be in [0, 2^32) (got {args.seed})"),
         (args.total_timesteps >= 1, "--total-timesteps must be >= 1"),
         (args.learning_starts >= 0, "--learning-starts must be >= 0"),
-        (  # a resumed run is checked with its own settings (flag_extras.read_checkpoint), an evaluation trains nothing
+        (  # a resumed run is checked with its own settings (read_checkpoint), an evaluation trains nothing
             args.total_timesteps > args.learning_starts or args.resume is not None or args.evaluate is not None,
             f"--total-timesteps {args.total_timesteps} is not above --learning-starts {args.learning_starts}: no update "
             "would ever run (raise --total-timesteps or lower --learning-starts)",
@@ -181,6 +197,7 @@ def fail(script_name: str, message: str) -> NoReturn:
     raise SystemExit(f"{script_name}: error: {message}")
 
 
+# CHECKPOINTS, WRITTEN AND READ (--resume)
 def save_checkpoint(path: str, state: dict) -> None:
     """Write atomically, so a crash during the write never destroys the previous checkpoint; `state["script"]` names
     the script that writes it (in the file, and in the error if it cannot be written)."""
@@ -191,11 +208,130 @@ def save_checkpoint(path: str, state: dict) -> None:
         fail(state["script"], f"cannot write {path}: {error.strerror or error}")
 
 
+def file_in_run(path: str, *names: str) -> str:
+    """`path` itself, or in a run folder the first of the files `names` that exists there (else the first name)."""
+    if not os.path.isdir(path):
+        return path
+    found = [os.path.join(path, name) for name in names if os.path.isfile(os.path.join(path, name))]
+    return found[0] if found else os.path.join(path, names[0])
+
+
+def load_checkpoint(path: str, script_name: str) -> dict:
+    """torch.load(path, weights_only=True) of a checkpoint or model the script `script_name` wrote; anything else is a
+    ValueError."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # garbage, empty and truncated files fail in pickle, zip and OS errors alike
+        raise ValueError(f"cannot read {path!r} ({type(error).__name__}): it is damaged, empty or truncated") from None
+    if not isinstance(saved, dict) or saved.get("script") != script_name:
+        writer = (saved.get("script") or "an older version of the scripts") if isinstance(saved, dict) else "something else"
+        raise ValueError(f"{path!r} was written by {writer}; this is {script_name}")
+    if not all(torch.isfinite(tensor).all() for tensor in floating_tensors(saved)):
+        raise ValueError(f"{path!r} holds non-finite weights: a run stopped by a NaN/inf saves one for inspection only")
+    return saved
+
+
+def floating_tensors(value) -> list[torch.Tensor]:
+    """Every floating-point tensor in a nest of dicts, lists and tuples (a checkpoint)."""
+    if isinstance(value, torch.Tensor):
+        return [value] if value.is_floating_point() else []
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else []
+    return [tensor for item in items for tensor in floating_tensors(item)]
+
+
+def writable_folder(path: str) -> None:
+    """Create `path` if needed and write a file in it, or raise a ValueError naming it (root ignores permission bits, so
+    the check writes rather than asks)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        raise ValueError(f"cannot write to {path}: {error.strerror or error}") from None
+
+
+def given(argv: list[str], name: str) -> bool:
+    """Whether the flag of Args field `name` is on the command line `argv` (tyro fills in its default otherwise)."""
+    flag = "--" + name.replace("_", "-")
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+
+
+def resumed_args(cli_args, saved: dict, argv: list[str]):
+    """The checkpoint's settings, its step budget included; the device, tracking and videos come from the command line,
+    and the budget too where --total-timesteps is given there."""
+    Args = type(cli_args)
+    args, defaults = Args(**saved), Args()
+    taken = ["cuda", "resume", "capture_video", "track", "wandb_project_name", "wandb_entity"]
+    for field in fields(Args):
+        name = field.name
+        if name in taken or (name == "total_timesteps" and given(argv, name)):
+            setattr(args, name, getattr(cli_args, name))
+        elif name == "total_timesteps":
+            continue
+        elif getattr(cli_args, name) != getattr(defaults, name) and getattr(cli_args, name) != saved[name]:
+            print(f"warning: --{name.replace('_', '-')} ignored on resume (the run uses {saved[name]!r})", file=sys.stderr)
+    return args
+
+
+def read_checkpoint(args, check_args: Callable, script_name: str, argv: list[str] | None = None) -> tuple:
+    """--resume: (the run's Args, with the command line's device, tracking and video, and its step budget unless
+    --total-timesteps is given in `argv` (sys.argv); the checkpoint; the run folder). The checkpoint's states are loaded
+    later by `restore`; every problem is a one-line ValueError. A finished run (summary.json written) is left as it is."""
+    argv = sys.argv[1:] if argv is None else argv
+    args.resume = file_in_run(args.resume, "checkpoint.pt")
+    check_args(effective_args(args))  # a flag that changes nothing is ignored on resume
+    checkpoint = load_checkpoint(args.resume, script_name)
+    if "global_step" not in checkpoint:
+        raise ValueError(f"{args.resume!r} is a saved model, not a checkpoint: --resume takes checkpoint.pt or its run folder")
+    try:
+        args = resumed_args(args, checkpoint["args"], argv)
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"cannot resume from {args.resume!r}: {' '.join(str(error).split())}") from None
+    check_args(effective_args(args))  # a run started before such flags were refused resumes
+    step, run_dir = checkpoint["global_step"], os.path.dirname(os.path.abspath(args.resume))
+    if args.total_timesteps < step:
+        raise ValueError(
+            f"--total-timesteps {args.total_timesteps} is below the checkpoint's step {step}: resuming would repeat steps"
+        )
+    if args.total_timesteps == step and os.path.isfile(os.path.join(run_dir, "summary.json")):  # else: finish its outputs
+        print(
+            f"{run_dir} is at step {step} of {step}: nothing to do (a larger --total-timesteps continues it)", file=sys.stderr
+        )
+        raise SystemExit(0)
+    if args.total_timesteps <= args.learning_starts:
+        raise ValueError(
+            f"--total-timesteps {args.total_timesteps} is not above the run's --learning-starts {args.learning_starts}: "
+            "no update would ever run (give a larger --total-timesteps)"
+        )
+    writable_folder(run_dir)
+    return args, checkpoint, run_dir
+
+
+def restore(checkpoint: dict, stateful: dict, env: gym.Env, device: torch.device) -> tuple:
+    """Load every stateful object's state (the checkpoint's entry of the same name) and the RNG states; returns the
+    loop's counters (start step, critic updates, evaluation steps and returns, wall time so far). A checkpoint that does
+    not fit (an older version of the script) stops the run in one line."""
+    try:
+        for name, state in stateful.items():
+            state.load_state_dict(checkpoint[name])
+    except (RuntimeError, KeyError, ValueError) as error:
+        raise SystemExit(
+            f"{checkpoint['script']}: error: cannot resume from this checkpoint: {' '.join(str(error).split())}"
+        ) from None
+    torch.set_rng_state(checkpoint["torch_rng"])
+    if device.type == "cuda" and checkpoint["cuda_rng"] is not None:
+        torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
+    env.unwrapped.np_random.bit_generator.state = checkpoint["env_rng"]
+    counters = ("global_step", "num_critic_updates", "eval_steps", "eval_returns", "wall_time_s")
+    return tuple(checkpoint[name] for name in counters)
+
+
 def raise_keyboard_interrupt(signum: int, frame: object) -> None:
     """SIGTERM, what Slurm and most schedulers send before killing a job, stops a run like Ctrl-C: checkpoint, exit."""
     raise KeyboardInterrupt
 
 
+# EVALUATION (--evaluate: of a saved policy)
 def evaluate(actor: nn.Module, env: gym.Env, num_episodes: int, seed: int, device: torch.device) -> list[float]:
     """Returns of the deterministic policy over `num_episodes` episodes reset with seeds seed, seed+1, ...; a video being
     recorded (RecordVideo, --capture-video) is written before returning."""
@@ -215,21 +351,83 @@ def evaluate(actor: nn.Module, env: gym.Env, num_episodes: int, seed: int, devic
     return returns
 
 
-def open_run(args, script: ModuleType) -> "Run":
-    """The run of `args` for `script` (the calling script's module): its checked flags (--resume: the checkpoint's
-    settings and the checkpoint), its folder, its training and evaluation envs and W&B (--track). --evaluate evaluates
-    the saved model and exits; a bad flag or file exits in one line (`fail`)."""
+NOISE_FLAGS = ("obs_noise", "obs_noise_scale", "dyn_noise", "dyn_noise_std")
+"""the experiment's noise: --evaluate takes these from the command line where given there, else from the run"""
+
+
+def evaluate_saved_model(args, script: Script, argv: list[str] | None = None) -> None:
+    """--evaluate: the saved actor over --eval-episodes deterministic episodes of its run's env and evaluation seeds,
+    under the run's noise settings, or under the noise flags given on the command line `argv` (sys.argv; said in one
+    line: evaluating a policy under other noise is an experiment of its own); mean +- std printed and written to
+    evaluation.json beside the model, with the noise it was evaluated under and the noise the run trained with."""
+    argv = sys.argv[1:] if argv is None else argv
+    args.evaluate = file_in_run(args.evaluate, "model.pt", "checkpoint.pt")
+    script.check_args(args)
+    saved = load_checkpoint(args.evaluate, script.name)
+    try:
+        run_args = type(args)(**saved["args"])
+        if args.env_id not in (type(args).env_id, run_args.env_id):
+            raise ValueError(f"{args.evaluate!r} holds a policy for {run_args.env_id}, not for {args.env_id}")
+        trained_noise = {name: getattr(run_args, name) for name in NOISE_FLAGS}
+        for name in NOISE_FLAGS:
+            if given(argv, name):
+                setattr(run_args, name, getattr(args, name))
+        if (noise := {name: getattr(run_args, name) for name in NOISE_FLAGS}) != trained_noise:
+            differ = [name for name in NOISE_FLAGS if noise[name] != trained_noise[name]]
+            said = ", ".join(f"--{name.replace('_', '-')} {noise[name]} (trained: {trained_noise[name]})" for name in differ)
+            print(f"evaluating under the noise given: {said}", file=sys.stderr)
+        run_args.eval_episodes, run_dir = args.eval_episodes, os.path.dirname(os.path.abspath(args.evaluate))
+        writable_folder(run_dir)
+        if args.capture_video:
+            from flag_extras import make_video_env
+
+            env = make_video_env(run_args, script.make_env, os.path.join(run_dir, "videos"))
+        else:
+            env = script.make_env(run_args)
+        device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+        actor = script.actor_class(env.observation_space.shape[0], env.action_space.shape[0], run_args.hidden_dim).to(device)
+        actor.load_state_dict(saved["actor"])
+    except (RuntimeError, KeyError, TypeError) as error:
+        raise ValueError(f"cannot evaluate {args.evaluate!r}: {' '.join(str(error).split())}") from None
+    if args.capture_video:
+        env.name_prefix = "evaluate"
+    returns = evaluate(actor, env, args.eval_episodes, run_args.seed + 100_000, device)
+    result = {
+        "model": args.evaluate,
+        "env_id": run_args.env_id,
+        **{name: getattr(run_args, name) for name in NOISE_FLAGS},
+        "trained_noise": trained_noise,
+        "episodes": len(returns),
+        "mean_return": float(np.mean(returns)),
+        "std_return": float(np.std(returns)),
+        "returns": returns,
+    }
+    path, number = os.path.join(run_dir, "evaluation.json"), 1
+    while os.path.exists(path):  # earlier evaluations are kept: evaluation-2.json, evaluation-3.json, ...
+        number += 1
+        path = os.path.join(run_dir, f"evaluation-{number}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    print(
+        f"eval return {result['mean_return']:.2f} +- {result['std_return']:.2f} over {len(returns)} episodes of {run_args.env_id}; written to {path}"
+    )
+    env.close()
+
+
+# THE RUN
+def open_run(args, script_file: str, check_args: Callable, make_env: Callable, actor_class: type) -> "Run":
+    """The run of `args` for the script at `script_file` (its `__file__`), with the script's flag checks, env factory
+    and actor class: its checked flags (--resume: the checkpoint's settings and the checkpoint), its folder, its
+    training and evaluation envs and W&B (--track). --evaluate evaluates the saved model and exits; a bad flag or file
+    exits in one line (`fail`)."""
+    script = Script(os.path.basename(script_file), check_args, make_env, actor_class)
     checkpoint, wandb, created = None, None, []
     try:
         if args.evaluate is not None:
-            from flag_extras import evaluate_saved_model
-
             evaluate_saved_model(args, script)
             raise SystemExit(0)
         if args.resume is not None:
-            from flag_extras import read_checkpoint
-
-            args, checkpoint, run_dir = read_checkpoint(args, script)
+            args, checkpoint, run_dir = read_checkpoint(args, check_args, script.name)
         else:
             script.check_args(args)
             run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
@@ -249,8 +447,8 @@ def open_run(args, script: ModuleType) -> "Run":
             wandb = start_tracking(args, run_dir)
     except ValueError as error:
         remove_unstarted(created)
-        fail(os.path.basename(script.__file__), str(error))
-    run = Run(script, args, checkpoint, run_dir, (env, eval_env), wandb)
+        fail(script.name, str(error))
+    run = Run(script.name, args, checkpoint, run_dir, (env, eval_env), wandb)
     if created:  # a failure before the first step (an allocation, Ctrl-C) leaves no empty folder either
         run.cleanup = partial(remove_unstarted, created)
         atexit.register(run.cleanup)
@@ -295,29 +493,21 @@ class Run:
     first episode end after every --checkpoint-frequency steps, at the end, on Ctrl-C or SIGTERM), the NaN guard and
     summary.json. A checkpoint holds every object of `stateful` by name, the step, the counters and the RNG states."""
 
-    def __init__(self, script: ModuleType, args, checkpoint: dict | None, run_dir: str, envs: tuple, wandb):
-        self.script, self.script_name = script, os.path.basename(script.__file__)
+    def __init__(self, script_name: str, args, checkpoint: dict | None, run_dir: str, envs: tuple, wandb):
+        self.script_name = script_name
         self.args, self.checkpoint, self.run_dir, self.wandb = args, checkpoint, run_dir, wandb
         self.env, self.eval_env = envs
         self.checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
         self.cleanup = None  # open_run's removal of a fresh run's folder at exit, until the run starts
 
-    def start(self, stateful: dict, device: torch.device, updates: tuple[Callable, Callable]) -> int:
-        """Before the loop: the CPU cost note of the `updates` (a fresh run on a CPU), then with --resume every state of
-        `stateful` (None: not built) and the RNGs as they were; TensorBoard, SIGTERM as Ctrl-C. Returns the step the loop
-        starts at (0, or the checkpoint's)."""
+    def start(self, stateful: dict, device: torch.device) -> int:
+        """Before the loop: with --resume every state of `stateful` (None: not built) and the RNGs as they were;
+        TensorBoard, SIGTERM as Ctrl-C. Returns the step the loop starts at (0, or the checkpoint's)."""
         args, checkpoint = self.args, self.checkpoint
         self.stateful = {name: state for name, state in stateful.items() if state is not None}
         self.device = device
-        if device.type == "cpu" and checkpoint is None:  # what the run will cost, before the warm-up
-            with suppress(ImportError):  # advice only: a script copied without flag_extras.py runs without it
-                from flag_extras import cpu_cost_note
-
-                cpu_cost_note(updates, self.stateful, args, self.script.__file__)
         counters = (0, 0, [], [], 0.0)
         if checkpoint is not None:  # --resume: every state and RNG as they were
-            from flag_extras import restore
-
             counters = restore(checkpoint, self.stateful, self.env, device)
             print(f"resuming {self.run_dir} at step {counters[0]}", file=sys.stderr)
         self.start_step, self.num_critic_updates, self.eval_steps, self.eval_returns, self.previous_wall_time = counters
@@ -329,6 +519,7 @@ class Run:
             self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
         self.last_checkpoint_step, self.sps, self.progress = self.start_step, 0, None
         self.start_time = time.time()
+        self.cost_note_due, self.cost_clock = device.type == "cpu" and checkpoint is None, None  # a fresh CPU run's
         signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # from here on, SIGTERM is Ctrl-C
         return self.start_step
 
@@ -365,11 +556,30 @@ class Run:
             fail(self.script_name, f"non-finite loss at step {step} (checked every 100 steps; {bad}); state saved to {path}")
 
     def log_speed(self, step: int) -> None:
-        """SPS every 100 steps."""
+        """SPS every 100 steps; the CPU cost note once the learning steps can be timed."""
         if step % 100 == 0:
             self.sps = int((step + 1 - self.start_step) / (time.time() - self.start_time))
             self.writer.add_scalar("charts/SPS", self.sps, step)
             self.progress.set_postfix(SPS=self.sps, eval=self.eval_returns[-1] if self.eval_returns else None, refresh=False)
+            if self.cost_note_due and step >= self.args.learning_starts + 100:
+                self.time_the_learning_steps(step)
+
+    def time_the_learning_steps(self, step: int) -> None:
+        """A fresh CPU run's cost note, priced from its own learning steps: the wall time of steps 100 to 200 after
+        learning starts (the first 100 may compile, under --compile), and, if the remaining steps will take over an
+        hour at that rate, a note saying so, with a CPU-sized run of the same algorithm (`cpu_sized_command`)."""
+        if self.cost_clock is None:
+            self.cost_clock = (step, time.perf_counter())
+            return
+        seconds = (time.perf_counter() - self.cost_clock[1]) / (step - self.cost_clock[0])
+        self.cost_note_due, steps = False, self.args.total_timesteps - step
+        if seconds * steps > 3600:
+            self.progress.write(
+                f"note: a learning step takes {seconds:.2f} s on this CPU (--updates-per-step {self.args.updates_per_step}), "
+                f"so the {steps} steps left will take about {seconds * steps / 3600:.0f} h; the defaults are the paper's GPU "
+                f"sizes. A CPU-sized run of the same algorithm (README): {cpu_sized_command(self.args, self.script_name)}",
+                file=sys.stderr,
+            )
 
     def evaluate_if_due(self, actor: nn.Module, step: int) -> None:
         """Every --eval-frequency steps and at the end: the deterministic policy on the same evaluation seeds."""
@@ -424,3 +634,45 @@ class Run:
             closing.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+# THE CPU COST NOTE
+CPU_SIZES = {  # the README's CPU-sized point-mass run
+    "env_id": "PointMass-v0",
+    "total_timesteps": 15000,
+    "learning_starts": 1000,
+    "hidden_dim": 64,
+    "wm_hidden_dim": 64,
+    "batch_size": 64,
+    "updates_per_step": 1,
+    "learning_rate": 1e-3,
+    "wm_learning_rate": 1e-3,
+    "eval_frequency": 1000,
+    "eval_episodes": 20,
+    "truncation": 5.0,
+}
+NOT_CARRIED = ("exp_name", "seed", "cuda", "compile", "cudagraphs", "buffer_size", "contraction_frequency", "capture_video")
+NOT_CARRIED += ("track", "wandb_project_name", "wandb_entity", "save_model", "checkpoint_frequency", "resume", "evaluate")
+
+
+def cpu_sized_command(args, script_name: str) -> str:
+    """The README's CPU-sized point-mass run for this script, with the run's own algorithm: the sizes the script has
+    from CPU_SIZES, in the README's order, then every setting of `args` away from its default that is neither a size
+    nor bookkeeping (--no-dyna, --td-loss, the noise, ...); none that the settings make ineffective (--no-dyna: no
+    world model)."""
+    defaults, names = type(args)(), [field.name for field in fields(args)]
+    settings = {name: value for name, value in CPU_SIZES.items() if name in names}
+    for name in names:
+        value = getattr(args, name)
+        if name not in CPU_SIZES and name not in NOT_CARRIED and value != getattr(defaults, name):
+            settings[name] = value
+    for name in flags_without_effect(type(args)(**{**vars(defaults), **settings})):
+        settings.pop(name, None)
+    words = [f"python {script_name}"]
+    for name, value in settings.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(flag if value else "--no-" + name.replace("_", "-"))
+        elif value is not None:
+            words.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    return " ".join(words)

@@ -11,7 +11,6 @@ import copy
 import math
 import os
 import random
-import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -130,6 +129,7 @@ def check_args(args: Args) -> None:
     run_bookkeeping.check_flags(
         args,
         lambda: [  # this script's own flags, checked after the sizes of those every script has
+            # none: --td-loss and --dyna are choices, which tyro checks (the list is the skeleton the other scripts fill)
         ],
     )
 
@@ -412,7 +412,7 @@ def log_update(
 
 
 def main(args: Args) -> None:
-    run = run_bookkeeping.open_run(args, sys.modules[__name__])  # the checked flags (--resume: the run's), folder, envs
+    run = run_bookkeeping.open_run(args, __file__, check_args, make_env, Actor)  # checked flags (--resume: the run's), envs
     args, env = run.args, run.env
 
     # TRY NOT TO MODIFY: seeding
@@ -444,7 +444,7 @@ def main(args: Args) -> None:
     if args.compile:
         from flag_extras import compile_parts
 
-        compile_parts(actor, world_model, sys.modules[__name__])
+        compile_parts(actor, world_model)
 
     # ALGO LOGIC: the critic and actor updates, on device tensors with no host sync inside (--cudagraphs captures each)
     def update_critic() -> dict[str, torch.Tensor]:
@@ -484,7 +484,7 @@ def main(args: Args) -> None:
 
     losses: dict[str, torch.Tensor] = {}
     monitor_contraction = args.contraction_frequency > 0 and args.dyna  # needs a trained world model
-    global_step = start_step = run.start(stateful, device, (update_critic, update_actor))  # CPU cost note; --resume: as saved
+    global_step = start_step = run.start(stateful, device)  # --resume: every state as saved
     obs, _ = env.reset(seed=args.seed if run.checkpoint is None else None)  # resumed: a fresh episode, RNG as saved
     if args.cudagraphs:
         from flag_extras import CudaGraphStep

@@ -104,3 +104,10 @@ def tiny_target_networks(module, world_model_kind: str, seed: int, obs_dim: int 
     else:
         critic = module.Critic(obs_dim, act_dim, 8)
     return world_model, actor, critic.requires_grad_(False)
+
+
+def open_run_of(module, args):
+    """run_bookkeeping.open_run(args, ...) with the pieces of the script `module` its main() hands over."""
+    import run_bookkeeping
+
+    return run_bookkeeping.open_run(args, module.__file__, module.check_args, module.make_env, module.Actor)

@@ -81,3 +81,34 @@ def test_the_check_fails_on_a_changed_copy(tmp_path, monkeypatch):
     test_shared_blocks_are_identical_in_every_copy("EnsembleLinear")
     with pytest.raises(AssertionError, match="RunningNormaliser differs .* \\['iqn'\\]"):
         test_shared_blocks_are_identical_in_every_copy("RunningNormaliser")
+
+
+LIBRARY = ["run_bookkeeping", "flag_extras", "replay_buffer", "noise_wrappers", "pointmass_env"]
+
+
+def project_imports(module: str) -> set[str]:
+    """The project modules `module` imports anywhere in its file (at the top, or lazily inside a function)."""
+    imported = set()
+    for node in ast.walk(ast.parse((ROOT / f"{module}.py").read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    return imported & set(LIBRARY + SCRIPTS)
+
+
+def test_the_library_never_calls_back_into_a_script():
+    """Imports go one way, lazy ones included: scripts import the library modules, a library module imports no script
+    and no module that imports it back (flag_extras imports no project module; run_bookkeeping imports flag_extras
+    under its flags); no script hands its own module (`sys.modules[__name__]`) to the library."""
+    graph = {module: project_imports(module) for module in LIBRARY + SCRIPTS}
+    for module in LIBRARY:
+        assert not graph[module] & set(SCRIPTS), (module, graph[module])
+    assert graph["flag_extras"] == set() and graph["run_bookkeeping"] == {"flag_extras"}
+
+    def reaches(start: str, goal: str, seen: frozenset = frozenset()) -> bool:
+        return any(nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})) for nxt in graph[start])
+
+    assert not [module for module in graph if reaches(module, module)]
+    for script in SCRIPTS:
+        assert "sys.modules" not in (ROOT / f"{script}.py").read_text(), script

@@ -1,5 +1,5 @@
 """The bookkeeping every RL script shares, on the real `Run` of a tiny td3_huber run on PointMass-v0 (opened with
-`open_run` and started with `Run.start` as main() does, its updates no-ops): the NaN guard stops the run at one
+`open_run` and started with `Run.start` as main() does, with no networks): the NaN guard stops the run at one
 non-finite loss, including at the last step; every evaluation resets its episodes with distinct seeds, the same set each
 time."""
 
@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 import gymnasium as gym
+import helpers
 import pytest
 import torch
 
@@ -25,10 +26,9 @@ def started_run(tmp_path, monkeypatch):
     def start(**flags) -> run_bookkeeping.Run:
         settings = dict(env_id="PointMass-v0", cuda=False, seed=3, total_timesteps=250, learning_starts=10)
         args = td3_huber.Args(**{**settings, **flags})
-        run = run_bookkeeping.open_run(args, td3_huber)
+        run = helpers.open_run_of(td3_huber, args)
         runs.append(run)
-        no_update = (lambda: {"obs": None}, lambda obs: None)  # what Run.start's CPU cost note times
-        assert run.start({}, torch.device("cpu"), no_update) == 0
+        assert run.start({}, torch.device("cpu")) == 0
         run.progress_bar(range(0, args.total_timesteps))
         return run
 
@@ -106,3 +106,33 @@ def test_each_evaluation_resets_its_episodes_with_distinct_seeds_the_same_at_eve
     assert len(set(recorder.first_obs[:4])) == 4, recorder.first_obs[:4]  # so distinct start states
     assert second == first, (first, second)  # the same episodes at every evaluation
     assert recorder.first_obs[4:] == recorder.first_obs[:4]
+
+
+# THE CPU COST NOTE
+@pytest.mark.parametrize("total_timesteps, noted", [(100_000, True), (2_000, False)])
+def test_the_cpu_note_is_priced_from_the_runs_own_learning_steps(started_run, monkeypatch, capsys, total_timesteps, noted):
+    """The first 100 steps logged from 100 steps after learning starts (10), steps 200 to 300, timed at 0.05 s each on a
+    clock the test moves: 1 700 steps left at that rate are under an hour (no note), 99 700 are ~1.4 h (one note, with
+    the rate, the run's updates per step, the steps left, the hours and a CPU-sized command)."""
+    run = started_run(total_timesteps=total_timesteps)
+    clock = iter([1000.0, 1000.0 + 100 * 0.05])
+    monkeypatch.setattr(run_bookkeeping.time, "perf_counter", lambda: next(clock))
+    for step in range(0, 1000, 100):
+        run.log_speed(step)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    left = total_timesteps - 300
+    expected = f"note: a learning step takes 0.05 s on this CPU (--updates-per-step 10), so the {left} steps left will take"
+    assert notes == ([notes[0]] if noted else []) and (not noted or notes[0].startswith(expected + " about 1 h")), notes
+    assert not noted or "python td3_huber.py --env-id PointMass-v0 --total-timesteps 15000" in notes[0]
+
+
+def test_no_cpu_note_on_a_gpu(started_run, monkeypatch, capsys):
+    """The note prices a CPU run only: a run started on another device (here said to be CUDA) never times its steps."""
+    run = started_run(total_timesteps=10**7)
+    run.writer.close(), run.progress.close()
+    run.start({}, torch.device("cuda"))  # started again, on a device that is not a CPU
+    run.progress_bar(range(0, run.args.total_timesteps))
+    monkeypatch.setattr(run_bookkeeping.time, "perf_counter", lambda: pytest.fail("timed"))
+    for step in range(0, 1000, 100):
+        run.log_speed(step)
+    assert "note:" not in capsys.readouterr().err

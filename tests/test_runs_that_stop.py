@@ -115,7 +115,7 @@ def test_unwritable_run_folders_are_refused_before_any_work(tmp_path, monkeypatc
     def read_only(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(flag_extras.tempfile, "TemporaryFile", read_only)
+    monkeypatch.setattr(run_bookkeeping.tempfile, "TemporaryFile", read_only)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["td3_huber.py", "--total-timesteps", "300"])  # a budget given, as on a command line
     for flags in (dict(resume=str(run_dir), total_timesteps=300), dict(evaluate=str(run_dir))):
@@ -258,7 +258,7 @@ def test_sizes_that_cannot_be_allocated_are_refused_before_any_work(tmp_path, mo
         pytest.skip("one return per pair")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as refused_run:
-        run_bookkeeping.open_run(module.Args(env_id="PointMass-v0", cuda=False, **flags), module)
+        helpers.open_run_of(module, module.Args(env_id="PointMass-v0", cuda=False, **flags))
     message = str(refused_run.value)
     assert message.startswith(f"{script}.py: error: {asked}") and "more than the" in message, message
     assert not (tmp_path / "runs").exists()
@@ -287,7 +287,7 @@ def test_a_run_that_fails_at_its_start_leaves_no_folder(tmp_path, monkeypatch, s
     monkeypatch.chdir(tmp_path)
     module = importlib.import_module(script)
     with pytest.raises(SystemExit, match="--track: cannot start W&B"):
-        run_bookkeeping.open_run(module.Args(env_id="PointMass-v0", cuda=False, track=True), module)
+        helpers.open_run_of(module, module.Args(env_id="PointMass-v0", cuda=False, track=True))
     assert list(tmp_path.iterdir()) == []
 
 

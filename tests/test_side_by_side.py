@@ -72,10 +72,10 @@ def test_two_runs_started_in_the_same_second_get_a_folder_each(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     open_run, frozen, sigterm = run_bookkeeping.open_run, time.time(), signal.getsignal(signal.SIGTERM)
 
-    def open_run_in_the_same_second(args, script):
+    def open_run_in_the_same_second(args, *script):
         with monkeypatch.context() as clock:
             clock.setattr(time, "time", lambda: frozen)
-            return open_run(args, script)
+            return open_run(args, *script)
 
     monkeypatch.setattr(run_bookkeeping, "open_run", open_run_in_the_same_second)
     flags = dict(env_id="PointMass-v0", dyna=False, total_timesteps=150, learning_starts=100, hidden_dim=16, batch_size=16)

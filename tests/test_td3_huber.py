@@ -1,23 +1,20 @@
-"""Tests of td3_huber.py: wrappers against their statistics, networks and targets against independent computations,
-the world model against a known stochastic system, and the script end to end as a user runs it."""
+"""Tests of td3_huber.py: its env, networks and targets against independent computations, the world model against a
+known stochastic system, and the script end to end as a user runs it (the noise wrappers: test_noise_wrappers.py; the
+replay buffer: test_replay_buffer.py)."""
 
 import dataclasses
 import math
 import shutil
 
-import gymnasium as gym
-import mujoco
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from helpers import error_lines, only_run_dir, read_scalars, read_summary, run_script
 
-import noise_wrappers
 import run_bookkeeping
 import td3_huber
-from noise_wrappers import GaussianDynamicsNoise, MultiplicativeObservationNoise
-from replay_buffer import ReplayBatch, ReplayBuffer
+from replay_buffer import ReplayBatch
 from td3_huber import Args, Critic, RunningNormaliser, WorldModel, critic_loss, make_env, td_targets
 
 TINY = [
@@ -29,94 +26,10 @@ TINY = [
 
 
 # ENV HELPERS
-def test_multiplicative_noise_is_one_factor_per_episode_inside_the_range():
-    env = MultiplicativeObservationNoise(gym.make("PointMass-v0"), scale=0.2)
-    factors = []
-    for episode in range(200):
-        obs, _ = env.reset(seed=episode)
-        ratios = [obs[:2] / env.unwrapped._get_obs()[:2]]  # position only: the velocity is 0 at reset
-        for _ in range(5):
-            obs, *_ = env.step(env.action_space.sample())
-            ratios.append(obs[:4] / env.unwrapped._get_obs()[:4])
-        ratios = np.concatenate(ratios)
-        np.testing.assert_allclose(ratios, ratios[0], rtol=1e-5)  # constant within the episode
-        factors.append(ratios[0])
-    factors = np.array(factors)
-    assert factors.min() >= 0.8 and factors.max() <= 1.2
-    assert factors.min() < 0.82 and factors.max() > 1.18  # the whole range is used
-    assert abs(factors.mean() - 1.0) < 0.03 and abs(factors.std() - 0.4 / math.sqrt(12)) < 0.02  # U[0.8, 1.2]
-
-
 def test_multiplicative_noise_observation_space_contains_scaled_flags():
     env = make_env(Args(env_id="PointMass-v0", obs_noise="mult", obs_noise_scale=0.3))
     assert env.observation_space.high[-1] == pytest.approx(1.3)
     assert env.observation_space.dtype == np.float32
-
-
-def dynamics_noise_samples(env_id: str, std: float, steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """(noise added to qpos, noise added to qvel) over `steps` steps: the wrapped state minus a noiseless replay."""
-    noisy = GaussianDynamicsNoise(gym.make(env_id), std)
-    clean = gym.make(env_id).unwrapped
-    noisy.reset(seed=0)
-    clean.reset(seed=0)
-    base = noisy.unwrapped
-    qpos_noise, qvel_noise = [], []
-    for _ in range(steps):
-        clean.set_state(base.data.qpos.copy(), base.data.qvel.copy())
-        action = noisy.action_space.sample() * 0.1
-        obs, *_ = noisy.step(action)
-        clean.step(action)
-        np.testing.assert_array_equal(obs, base._get_obs())  # the observation is of the perturbed state
-        qpos_noise.append(base.data.qpos - clean.data.qpos)
-        qvel_noise.append(base.data.qvel - clean.data.qvel)
-    return np.array(qpos_noise), np.array(qvel_noise)
-
-
-def test_gaussian_dynamics_noise_has_the_set_std_on_walker():
-    qpos_noise, qvel_noise = dynamics_noise_samples("Walker2d-v4", 5e-3, 300)
-    for noise in (qpos_noise, qvel_noise):
-        assert abs(noise.mean()) < 3 * 5e-3 / math.sqrt(noise.size)
-        assert noise.std() == pytest.approx(5e-3, rel=0.05)
-
-
-def test_gaussian_dynamics_noise_keeps_quaternions_unit_on_ant():
-    noisy = GaussianDynamicsNoise(gym.make("Ant-v4"), std=0.1)
-    noisy.reset(seed=0)
-    base = noisy.unwrapped
-    assert base.model.jnt_type[0] == mujoco.mjtJoint.mjJNT_FREE
-    moved = []
-    for _ in range(50):
-        before = base.data.qvel.copy()
-        noisy.step(noisy.action_space.sample())
-        assert np.linalg.norm(base.data.qpos[3:7]) == pytest.approx(1.0, abs=1e-9)
-        moved.append(np.abs(base.data.qvel - before).mean())
-    assert np.mean(moved) > 0.05  # std 0.1 noise really reaches the velocities
-
-
-def test_gaussian_dynamics_noise_on_pointmass_moves_position_and_velocity():
-    noisy = GaussianDynamicsNoise(gym.make("PointMass-v0"), std=0.05)
-    base = noisy.unwrapped
-    pos_noise, vel_noise = [], []
-    for episode in range(100):
-        noisy.reset(seed=episode)
-        base.pos, base.vel = np.zeros(2), np.zeros(2)  # centre, at rest: a zero action keeps it there without noise
-        obs, *_ = noisy.step(np.zeros(2, dtype=np.float32))
-        np.testing.assert_allclose(obs[:4], np.concatenate([base.pos, base.vel]), rtol=1e-6)
-        pos_noise.append(base.pos.copy())
-        vel_noise.append(base.vel.copy())
-    assert np.std(pos_noise) == pytest.approx(0.05, rel=0.15)
-    assert np.std(vel_noise) == pytest.approx(0.05, rel=0.15)
-
-
-def test_gaussian_dynamics_noise_rejects_other_envs():
-    with pytest.raises(ValueError, match="MuJoCo"):
-        GaussianDynamicsNoise(gym.make("Pendulum-v1"), 0.01)
-
-
-def test_default_dyn_noise_std_per_env():
-    assert noise_wrappers.default_dyn_noise_std("HalfCheetah-v4") == 0.1
-    assert noise_wrappers.default_dyn_noise_std("Hopper-v5") == 5e-3
-    assert noise_wrappers.default_dyn_noise_std("PointMass-v0") == 1e-2
 
 
 # NETWORKS, TARGETS, LOSSES
@@ -202,30 +115,6 @@ def test_running_normaliser_matches_numpy():
     np.testing.assert_allclose(normaliser.std.numpy(), np.maximum(data.std(0), 1e-2), rtol=1e-5)
     x = torch.randn(7, 4)
     torch.testing.assert_close(normaliser.denormalise(normaliser.normalise(x)), x)
-
-
-def test_replay_buffer_wraps_and_round_trips():
-    rb = ReplayBuffer(2, 1, capacity=3, device=torch.device("cpu"))
-    for i in range(5):
-        rb.add(torch.full((2,), float(i)), torch.full((1,), float(i)), float(i), torch.full((2,), i + 0.5), i == 4)
-    assert rb.size == 3 and rb.pos == 2
-    assert sorted(rb.rewards.tolist()) == [2.0, 3.0, 4.0]
-    copy = ReplayBuffer(2, 1, capacity=3, device=torch.device("cpu"))
-    copy.load_state_dict(rb.state_dict())
-    torch.testing.assert_close(copy.next_obs, rb.next_obs)
-    batch = copy.sample(100)
-    torch.testing.assert_close(batch.next_obs[:, 0], batch.obs[:, 0] + 0.5)  # rows stay aligned
-    torch.testing.assert_close(batch.terminations, (batch.rewards == 4.0).float())
-
-
-def test_replay_buffer_checkpoint_holds_the_filled_rows_only(tmp_path):
-    rb = ReplayBuffer(3, 2, capacity=100_000, device=torch.device("cpu"))
-    for i in range(10):
-        rb.add(torch.full((3,), float(i)), torch.zeros(2), 1.0, torch.ones(3), False)
-    torch.save(rb.state_dict(), tmp_path / "rb.pt")
-    assert (tmp_path / "rb.pt").stat().st_size < 20_000  # the preallocated storage alone is 3.6 MB
-    state = torch.load(tmp_path / "rb.pt", weights_only=True)
-    assert state["obs"].shape == (10, 3) and state["obs"][9, 0] == 9.0
 
 
 # WORLD MODEL

@@ -18,6 +18,8 @@ import pytest
 import torch
 from helpers import ROOT, error_lines, only_run_dir, read_scalars, read_summary, read_wandb_run, run_script
 
+import run_bookkeeping
+
 SCRIPTS = [f"{name}.py" for name in helpers.RL_SCRIPTS]
 TINY = [
     *(
@@ -183,11 +185,9 @@ def test_the_cpu_note_suggests_the_same_algorithm_at_the_readmes_cpu_sizes(scrip
     the script has it), leaves out what the algorithm refuses, and parses and passes the script's checks as printed."""
     import tyro
 
-    import flag_extras
-
     module = importlib.import_module(script)
     args = tyro.cli(module.Args, args=flags.split())
-    command = flag_extras.cpu_sized_command(args, module.__file__)
+    command = run_bookkeeping.cpu_sized_command(args, f"{script}.py")
     assert command.startswith(f"python {script}.py --env-id PointMass-v0 --total-timesteps 15000 --learning-starts 1000 ")
     assert "--hidden-dim 64" in command and "--batch-size 64" in command and "--updates-per-step 1 " in command
     assert all(word in command for word in carried) and not any(word in command for word in absent), command
@@ -204,15 +204,18 @@ def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(
         *"--total-timesteps 3000000 --eval-frequency 1000000".split(),
     ]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    note = process.stderr.readline()  # printed before the warm-up: one update's time x 3M steps is hours
-    assert note.startswith("note: one update takes") and "s on this CPU" in note and "PointMass-v0" in note
     drawn, shown = "", 0
-    while shown < 105:  # the bar (redrawn each second) shows the run past the warm-up (100 steps), whatever the load
+    while shown < 305 or "\n" not in drawn.partition("note: ")[2]:  # the note, priced at steps 200-300: 3M steps are hours
         character = process.stderr.read(1)
         assert character, drawn  # the run ended before it got there
         drawn += character
         if character == "]":
             shown = int(re.findall(r"(\d+)/3000000 \[", drawn)[-1])
+    note = "note: " + drawn.partition("note: ")[2].partition("\n")[0]
+    assert re.match(
+        r"note: a learning step takes \d+\.\d\d s on this CPU \(--updates-per-step 1\), so the 29997\d\d steps left", note
+    )
+    assert "python td3_huber.py --env-id PointMass-v0 --total-timesteps 15000" in note, note
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     lines = error_lines(subprocess.CompletedProcess(command, process.returncode, "", stderr))
@@ -220,7 +223,7 @@ def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(
     run_dir = only_run_dir(tmp_path)
     step = torch.load(run_dir / "checkpoint.pt", weights_only=True)["global_step"]
     resume = f"resume with: python {ROOT / 'td3_huber.py'} --resume {run_dir.relative_to(tmp_path) / 'checkpoint.pt'}"
-    assert 105 <= step and lines[0].endswith(resume)
+    assert 305 <= step and lines[0].endswith(resume)
     result = run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", str(step + 20), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert read_summary(run_dir)["eval_steps"][-1] == step + 20
