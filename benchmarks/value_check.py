@@ -5,7 +5,8 @@ the mean logged Q value (the first critic's value, or its samples' mean, at the 
 `--window` env steps, its largest logged value, and the run's final evaluation return. The values come from the run's
 summary.json (`critic_values`, written by every run since run_bookkeeping.critic_values, and moved there once from the
 pages' tables for the committed runs whose events are gone) where its window is `--window`, else from the run's
-TensorBoard files (kept on the machine that ran it). On the point mass every reward is 0 except
+TensorBoard files (kept on the machine that ran it; `--save-values` writes them into the summary, for a run from a commit
+that did not). On the point mass every reward is 0 except
 the bonus, paid once when an episode ends, so no return and no true Q value exceeds it (10): a larger logged value is
 overestimation, whatever the policy.
 
@@ -41,16 +42,27 @@ class Args:
     """the largest true value the task allows (the point mass: 10); runs whose logged values exceed it are counted"""
     out: str | None = None
     """markdown file to write (default: print only)"""
+    save_values: bool = False
+    """write the values read from a run's events into its summary.json (`critic_values`, with their source) where it
+    holds none over `window`: a run from a commit older than that field keeps its values once its events are gone"""
 
 
-def run_values(run: dict, window: int) -> dict | None:
+def run_values(run: dict, window: int, save: bool = False) -> dict | None:
     """The run's critic values over `window`: its summary's `critic_values` where they are over that window, else read
-    from its event files (None where neither has them)."""
-    with open(os.path.join(run["run_dir"], "summary.json")) as f:
-        saved = json.load(f).get("critic_values")
+    from its event files (None where neither has them), and with `save` written into its summary.json."""
+    path = os.path.join(run["run_dir"], "summary.json")
+    with open(path) as f:
+        summary = json.load(f)
+    saved = summary.get("critic_values")
     if saved is not None and saved["window_steps"] == window:
         return saved
-    return critic_values(run["run_dir"], window)
+    values = critic_values(run["run_dir"], window)
+    if save and values is not None:
+        source = "the run's TensorBoard events, saved by value_check.py --save-values (the run predates the field)"
+        summary["critic_values"] = {**values, "source": source}
+        with open(path, "w") as f:
+            json.dump(summary, f, indent=2)
+    return values
 
 
 def fail(message: str) -> None:
@@ -69,7 +81,7 @@ def value_table(args: Args) -> str:
         fail(f"no finished run (summary.json) under {args.runs_dir}")
     rows, left_out = [], []
     for run in sorted(runs, key=lambda run: (run["script"], run["env"], run["seed"])):
-        values = run_values(run, args.window)
+        values = run_values(run, args.window, args.save_values)
         if values is None:
             left_out.append(run["run_dir"])
             continue

@@ -368,6 +368,14 @@ def test_value_check_reads_the_logged_values_of_every_run(tmp_path):
         value_check.value_table(value_check.Args(str(tmp_path / "grid" / "3")))
     message = f"value_check.py: error: no run under {tmp_path / 'grid' / '3'} has critic values over 2000 steps"
     assert refused.value.code == f"{message} (summary.json or losses/qf1_values events)"
+    saved_table = value_check.value_table(value_check.Args(str(tmp_path / "grid"), window=200, save_values=True))
+    assert saved_table == table  # --save-values: the table as before, and the values now in the summaries ...
+    for seed in (1, 2):
+        for events in (tmp_path / "grid" / str(seed)).glob("events.out.tfevents.*"):
+            events.unlink()
+    assert value_check.value_table(value_check.Args(str(tmp_path / "grid"), window=200)) == table  # ... without events
+    saved = json.loads((tmp_path / "grid" / "2" / "summary.json").read_text())["critic_values"]
+    assert saved["mean"] == 7.5 and saved["window_steps"] == 200 and "--save-values" in saved["source"]
     summary_path = tmp_path / "grid" / "3" / "summary.json"  # a committed run whose events are gone: its summary's values
     saved = json.loads(summary_path.read_text())
     saved["critic_values"] = {"tag": "losses/qf1_values", "window_steps": 200, "mean": 3.0, "max": 9.0}
