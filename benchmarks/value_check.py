@@ -1,14 +1,13 @@
 """The critics' values against what the task can pay: `losses/qf1_values` read back from a grid's TensorBoard files.
 
-For every finished run under RUNS_DIR (found as `aggregate.py` finds them, through their summary.json), this reports
-the mean logged Q value (the first critic's value, or its samples' mean, at the batch's replay actions) over the last
+For every finished run under RUNS_DIR (found as `aggregate.py` finds them, through their summary.json), this reports the
+mean logged Q value (the first critic's value, or its samples' mean, at the batch's replay actions) over the last
 `--window` env steps, its largest logged value, and the run's final evaluation return. The values come from the run's
 summary.json (`critic_values`, written by every run since run_bookkeeping.critic_values, and moved there once from the
 pages' tables for the committed runs whose events are gone) where its window is `--window`, else from the run's
-TensorBoard files (kept on the machine that ran it; `--save-values` writes them into the summary, for a run from a commit
-that did not). On the point mass every reward is 0 except
-the bonus, paid once when an episode ends, so no return and no true Q value exceeds it (10): a larger logged value is
-overestimation, whatever the policy.
+TensorBoard files (kept on the machine that ran it; `--save-values` writes them into the summary, for a run from a
+commit that did not). On the point mass every reward is 0 except the bonus, paid once when an episode ends, so no return
+and no true Q value exceeds it (10): a larger logged value is overestimation, whatever the policy.
 
 Usage:
     python benchmarks/value_check.py benchmarks/toy_utd10/grid --bound 10 --out benchmarks/toy_utd10/value_check.md
