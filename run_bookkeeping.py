@@ -331,7 +331,7 @@ def raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-# EVALUATION (--evaluate: of a saved policy)
+# EVALUATION (periodic, and --evaluate of a saved policy)
 def evaluate(actor: nn.Module, env: gym.Env, num_episodes: int, seed: int, device: torch.device) -> list[float]:
     """Returns of the deterministic policy over `num_episodes` episodes reset with seeds seed, seed+1, ...; a video being
     recorded (RecordVideo, --capture-video) is written before returning."""
@@ -519,7 +519,7 @@ class Run:
             self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
         self.last_checkpoint_step, self.sps, self.progress = self.start_step, 0, None
         self.start_time = time.time()
-        self.cost_note_due, self.cost_clock = device.type == "cpu" and checkpoint is None, None  # a fresh CPU run's
+        self.cost_note_due, self.cost_clock = device.type == "cpu", None  # a CPU run's, resumed or not
         signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # from here on, SIGTERM is Ctrl-C
         return self.start_step
 
@@ -565,9 +565,10 @@ class Run:
                 self.time_the_learning_steps(step)
 
     def time_the_learning_steps(self, step: int) -> None:
-        """A fresh CPU run's cost note, priced from its own learning steps: the wall time of steps 100 to 200 after
-        learning starts (the first 100 may compile, under --compile), and, if the remaining steps will take over an
-        hour at that rate, a note saying so, with a CPU-sized run of the same algorithm (`cpu_sized_command`)."""
+        """A CPU run's cost note, priced from its own learning steps: the wall time of the first 100 steps logged from
+        100 steps after learning starts on (the first 100 may compile, under --compile), or after a resume, and, if the
+        remaining steps will take over an hour at that rate, a note saying so, with a CPU-sized run of the same
+        algorithm (`cpu_sized_command`)."""
         if self.cost_clock is None:
             self.cost_clock = (step, time.perf_counter())
             return

@@ -43,7 +43,7 @@ class Args:
     """markdown file to write (default: print only)"""
     save_values: bool = False
     """write the values read from a run's events into its summary.json (`critic_values`, with their source) where it
-    holds none over `window`: a run from a commit older than that field keeps its values once its events are gone"""
+    holds none: a run from a commit older than that field keeps its values once its events are gone"""
 
 
 def run_values(run: dict, window: int, save: bool = False) -> dict | None:
@@ -56,11 +56,12 @@ def run_values(run: dict, window: int, save: bool = False) -> dict | None:
     if saved is not None and saved["window_steps"] == window:
         return saved
     values = critic_values(run["run_dir"], window)
-    if save and values is not None:
+    if save and values is not None and saved is None:  # values the run saved itself are never replaced
         source = "the run's TensorBoard events, saved by value_check.py --save-values (the run predates the field)"
         summary["critic_values"] = {**values, "source": source}
-        with open(path, "w") as f:
+        with open(path + ".tmp", "w") as f:
             json.dump(summary, f, indent=2)
+        os.replace(path + ".tmp", path)
     return values
 
 
