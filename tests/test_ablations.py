@@ -86,6 +86,7 @@ def test_without_double_q_the_target_uses_critic_one(name):
     torch.testing.assert_close(targets[True], batch.rewards + 0.9 * q.min(0).values)
 
 
+@pytest.mark.slow
 def test_the_monitor_is_logged_and_leaves_training_unchanged(tmp_path):
     common = [
         *(
@@ -190,6 +191,7 @@ def test_complete_sobolev_samples_give_per_sample_state_gradients(name, float64)
     assert critic.fc1.weight.grad[:, :3].abs().sum() > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", ["PointMass-v0", "Hopper-v4"])
 def test_complete_sobolev_runs_end_to_end(tmp_path, env_id):
     result = run_script(
@@ -208,6 +210,7 @@ def test_complete_sobolev_runs_end_to_end(tmp_path, env_id):
     assert scalars["losses/qf_loss"] and scalars["losses/slice_gain"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "script, flags",
     [("dsdpg_mmd_sobolev.py", ["--truncation", "0", "--num-samples", "3"]), ("mage_huber_sobolev.py", ["--no-double-q"])],
@@ -232,6 +235,7 @@ def test_overestimation_ablations_run_end_to_end(tmp_path, script, flags, env_id
     assert run_args["truncation"] == 0.0 if "--truncation" in flags else run_args["double_q"] is False
 
 
+@pytest.mark.slow
 def test_compile_flag_trains_like_eager(tmp_path):
     """--compile (torch.compile of the actor, the world-model loss and the slicing search's steps) runs on the CPU and
     gives the eager run's numbers up to floating-point reassociation."""

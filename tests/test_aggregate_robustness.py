@@ -43,6 +43,7 @@ def stderr_lines(result) -> list[str]:
     return result.stderr.strip().splitlines()
 
 
+@pytest.mark.slow
 def test_bad_summary_is_left_out_with_one_warning(tmp_path):
     good_grid(tmp_path / "grid")
     bad = add_bad(tmp_path / "grid", "corrupt", b'{"final_eval_return": ')
@@ -60,6 +61,7 @@ def test_bad_summary_is_left_out_with_one_warning(tmp_path):
         assert (tmp_path / "out" / name).stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_strict_stops_at_the_first_bad_summary(tmp_path):
     good_grid(tmp_path / "grid")
     bad = add_bad(tmp_path / "grid", "corrupt", b"\x89\xff\x00garbage")
@@ -73,6 +75,7 @@ def test_strict_stops_at_the_first_bad_summary(tmp_path):
     assert tree(tmp_path / "grid") == before  # no grid/aggregate either
 
 
+@pytest.mark.slow
 def test_only_bad_summaries_is_an_error(tmp_path):
     no_final = {"args": {"exp_name": "td3_huber", "env_id": "E", "seed": 1}, "eval_steps": [1], "eval_returns": [1.0]}
     first = add_bad(tmp_path / "grid", "a", json.dumps(no_final).encode())
@@ -211,6 +214,7 @@ def unwritable_cases(tmp_path: Path) -> list[tuple[str, list[str], str]]:
     return cases
 
 
+@pytest.mark.slow
 def test_unwritable_output_folder_is_refused_before_the_bootstrap(tmp_path, monkeypatch):
     good_grid(tmp_path / "grid")
     cases = unwritable_cases(tmp_path)
@@ -233,6 +237,7 @@ def test_unwritable_output_folder_is_refused_before_the_bootstrap(tmp_path, monk
                 os.chmod(tmp_path / folder, 0o755)
 
 
+@pytest.mark.slow
 def test_default_output_folder_in_the_grid(tmp_path):
     """Outputs default to RUNS_DIR/aggregate, and a rerun overwrites them (aggregate/ holds no summary.json)."""
     good_grid(tmp_path / "grid")
@@ -242,6 +247,7 @@ def test_default_output_folder_in_the_grid(tmp_path):
         assert len(read_csv(tmp_path / "grid" / "aggregate" / "runs.csv")) == 3
 
 
+@pytest.mark.slow
 def test_run_stopped_on_nonfinite_loss_is_named_not_dropped(tmp_path):
     """A run that stopped on a NaN (nonfinite_checkpoint.pt, no summary.json) is named in a warning, below the table
     in table.md and on stdout, and is not counted among the unfinished runs."""
@@ -262,6 +268,7 @@ def test_run_stopped_on_nonfinite_loss_is_named_not_dropped(tmp_path):
     assert [row["n_seeds"] for row in read_csv(tmp_path / "out" / "table.csv")] == ["3"]
 
 
+@pytest.mark.slow
 def test_only_stopped_runs_is_one_error_naming_them(tmp_path):
     stopped = tmp_path / "grid" / "seed1" / "runs" / "PointMass-v0__td3_huber__1__1"
     stopped.mkdir(parents=True)
@@ -274,6 +281,7 @@ def test_only_stopped_runs_is_one_error_naming_them(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_split_by_takes_the_flag_spelling_and_refuses_a_setting_no_run_has(tmp_path):
     for seed, reward in ((1, "replay"), (2, "model")):
         write_summary(
@@ -291,6 +299,7 @@ def test_split_by_takes_the_flag_spelling_and_refuses_a_setting_no_run_has(tmp_p
     ]
 
 
+@pytest.mark.slow
 def test_until_step_before_every_first_evaluation_says_so(tmp_path):
     good_grid(tmp_path / "grid")  # evaluations at steps 10 and 20
     result = run_tool("aggregate.py", "grid", "--out", "out", "--until-step", "5", *FAST, cwd=tmp_path)

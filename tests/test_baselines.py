@@ -65,6 +65,7 @@ def huber_quantiles(samples: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
     return torch.stack(result)
 
 
+@pytest.mark.slow
 def test_iqn_learns_the_quantiles_of_a_bimodal_return():
     torch.manual_seed(0)
     critic = iqn.Critic(2, 1, 64, 64)
@@ -84,6 +85,7 @@ def test_iqn_learns_the_quantiles_of_a_bimodal_return():
     assert predicted[0, 4] < 0 < predicted[0, 5]  # both modes are represented
 
 
+@pytest.mark.slow
 def test_mmd_critic_learns_a_bimodal_return():
     torch.manual_seed(1)
     critic = mmd_critic.Critic(2, 1, 64, noise_dim=8)
@@ -115,6 +117,7 @@ def test_max_sliced_mmd_on_returns_is_the_mmd():
     torch.testing.assert_close(sliced.mean(1).sum(), mmd)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["mmd_critic.py", "iqn.py"])
 def test_baselines_run_end_to_end(tmp_path, script):
     result = run_script(script, "--env-id", "PointMass-v0", *TINY, cwd=tmp_path)

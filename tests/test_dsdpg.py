@@ -150,6 +150,7 @@ def test_max_sliced_ascent_is_the_papers_plain_gradient_ascent_on_w(estimator):
     assert not torch.allclose(theta, adam_theta)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["adam", "ascent"])
 def test_compiled_search_equals_the_eager_one(optimizer, monkeypatch):
     """--compile compiles the search's chunk of steps, written as the sums inductor fuses where eager code takes matrix
@@ -355,6 +356,7 @@ def test_mage_loss_by_hand():
 
 
 # END TO END
+@pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(TINY_FLAGS))
 @pytest.mark.parametrize("env_flags", [["--env-id", "PointMass-v0"], ["--env-id", "Hopper-v4", "--obs-noise", "mult"]])
 def test_scripts_run_end_to_end(tmp_path, script, env_flags):
@@ -379,6 +381,7 @@ def test_scripts_run_end_to_end(tmp_path, script, env_flags):
     assert summary["eval_steps"] == [100, 200] and len(summary["eval_returns"]) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "script, flags, message",
     [

@@ -132,6 +132,7 @@ def test_target_gradients_are_central_differences_of_the_model_reward_target(nam
         assert not torch.allclose(targets[..., 1:3], finite_difference(replay_at_action, actions), atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["td3_huber.py", "dsdpg_msmmd_sobolev.py"])
 def test_both_modes_run_end_to_end_and_differ(tmp_path, script):
     flags = [

@@ -67,6 +67,7 @@ def test_initial_flow_is_orthogonal_and_interface_shapes() -> None:
     assert loss.shape == () and torch.isfinite(loss)
 
 
+@pytest.mark.slow
 def test_fits_linear_gaussian_system() -> None:
     """s' = s + B a + diag(sigma) e, r = a + 0.5 e': sample means, stds and per-sample d(s', r)/da match the truth."""
     torch.manual_seed(0)
@@ -105,6 +106,7 @@ def test_fits_linear_gaussian_system() -> None:
             assert grad.std() < 0.25
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "script, env_id",
     [

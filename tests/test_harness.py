@@ -121,6 +121,7 @@ def test_score_distribution_is_rliables():
     assert profile[0] == 1.0 and profile[-1] == 0.0 and np.all(np.diff(profile) <= 0)
 
 
+@pytest.mark.slow
 def test_aggregate_recovers_medians_cis_and_writes_figures(tmp_path):
     rng = np.random.default_rng(0)
     steps = [100, 200, 300, 400]
@@ -198,6 +199,7 @@ def test_curves_align_on_common_steps_and_mixed_settings_warn(capsys):
     assert steps.tolist() == [10, 20] and returns.tolist() == [[1.0, 2.0], [5.0, 6.0]]
 
 
+@pytest.mark.slow
 def test_aggregate_bad_input(tmp_path):
     (tmp_path / "nothing").mkdir()
     cases = [("missing", "is not a directory"), ("nothing", "no summary.json")]
@@ -243,6 +245,7 @@ def summaries(cwd: Path) -> list[Path]:
     return sorted((cwd / "grid").glob("td3_huber/PointMass-v0/*/seed*/runs/*/summary.json"))
 
 
+@pytest.mark.slow
 def test_local_grid_runs_then_skips_then_resumes(tmp_path):
     result = grid(cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -273,6 +276,7 @@ def test_local_grid_runs_then_skips_then_resumes(tmp_path):
     assert changed.returncode == 1 and "use another --grid-dir" in changed.stderr
 
 
+@pytest.mark.slow
 def test_failed_job_is_reported(tmp_path):
     result = grid("--flag-sets", "--gamma 5", cwd=tmp_path, seeds=("1",))
     assert result.returncode == 1
@@ -298,6 +302,7 @@ def test_bad_grid_flags_and_dry_run(tmp_path):
     assert "obs-noise_mult/seed2 && OMP_NUM_THREADS=1 " in dry.stdout
 
 
+@pytest.mark.slow
 def test_submitit_local_grid(tmp_path):
     result = grid("--backend", "submitit-local", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -322,6 +327,7 @@ def test_split_by_gives_each_setting_its_own_group(tmp_path, capsys):
     assert [run["final_eval_return"] for run in groups[("mage_huber_sobolev[dyna_reward=replay]", "E", "none")]] == [9.0, 10.0]
 
 
+@pytest.mark.slow
 def test_until_step_reads_every_run_at_one_horizon(tmp_path):
     """--until-step: the final return is the last evaluation at or before the step, the nAUC the mean of those; a run
     with none is left out with a warning; the CLI writes the truncated numbers."""
@@ -454,6 +460,7 @@ def test_trend_plots_the_tables_means_against_m(tmp_path, monkeypatch):
     assert "trend.png" not in written and "trend.png" not in dict(drawn)
 
 
+@pytest.mark.slow
 def test_a_job_dir_whose_flags_differ_only_by_flags_without_effect_is_the_jobs(tmp_path):
     """A --no-dyna job run before world-model flags were refused with it (job.json holds --wm-hidden-dim) is the same
     job as today's command without them: done, skipped, not refused; a flag that matters still is."""

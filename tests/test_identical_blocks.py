@@ -40,10 +40,10 @@ IDENTICAL = {
 
 def top_level_blocks(script: str) -> dict[str, str]:
     """name -> source text of every top-level function and class of a script."""
-    source = (ROOT / f"{script}.py").read_text()
-    tree = ast.parse(source)
-    return {
-        node.name: ast.get_source_segment(source, node)
+    lines = (ROOT / f"{script}.py").read_text().split("\n")
+    tree = ast.parse("\n".join(lines))
+    return {  # top-level blocks start at a line's start and end at its end: whole lines, from `def`/`class` on
+        node.name: "\n".join(lines[node.lineno - 1 : node.end_lineno])
         for node in tree.body
         if isinstance(node, (ast.FunctionDef, ast.ClassDef))
     }

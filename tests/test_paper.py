@@ -43,6 +43,7 @@ def paper_tool(*flags: str, cwd=ROOT, timeout: float = 600) -> subprocess.Comple
     )
 
 
+@pytest.mark.slow
 def test_list_names_every_figure_and_table():
     result = paper_tool("list")
     assert result.returncode == 0, result.stderr
@@ -54,6 +55,7 @@ def test_list_names_every_figure_and_table():
     assert re.search(r"^mujoco: .*\n    1080 runs, [\d,.]+ GPU-hours on an H100, [\d,.]+ CPU-hours here", result.stdout, re.M)
 
 
+@pytest.mark.slow
 def test_readme_table_is_the_tools_own():
     table = paper_tool("list", "--markdown").stdout
     assert table.count("\n") == len(paper.NAMES) + 2
@@ -62,6 +64,7 @@ def test_readme_table_is_the_tools_own():
     )
 
 
+@pytest.mark.slow
 def test_mujoco_dry_run_is_the_papers_grid(tmp_path):
     result = paper_tool("run", "mujoco", "--dry-run", "--grid-dir", str(tmp_path / "grid"))
     assert result.returncode == 0, result.stderr
@@ -95,6 +98,7 @@ def test_every_experiment_has_a_cost_and_its_flop_counts():
     assert model.flops("dsdpg_mmd_sobolev Ant-v4 --num-samples 25") > model.flops("dsdpg_mmd_sobolev Ant-v4")
 
 
+@pytest.mark.slow
 def test_flop_table_is_timings_count():
     """One entry recounted by timing.py over two iterations (count-flops counts one): the table is the counter's."""
     timing = load_benchmark("timing")
@@ -126,6 +130,7 @@ def test_smoke_covers_every_cell_and_env():
         assert len(smoke) == len({(j.script, j.flag_slug) for j in full}) and {j.seed for j in smoke} == {1}
 
 
+@pytest.mark.slow
 def test_every_smoke_runs_and_aggregates(tmp_path):
     grid = tmp_path / "smoke"
     for name in paper.NAMES:
@@ -151,6 +156,7 @@ def test_every_smoke_runs_and_aggregates(tmp_path):
         assert f"{name}: {len(jobs)} of {len(jobs)} runs" in result.stdout
 
 
+@pytest.mark.slow
 def test_submitit_local_smoke(tmp_path):
     result = paper_tool(
         *"run ablation-wm-width --smoke --backend submitit-local --workers 2 --threads-per-job 1 --grid-dir".split(),
@@ -161,6 +167,7 @@ def test_submitit_local_smoke(tmp_path):
     assert list((tmp_path / "grid" / "submitit").glob("*_result.pkl"))
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line(tmp_path):
     unknown = paper_tool("run", "figure-9", cwd=tmp_path)
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr and "figure-9" in unknown.stderr
@@ -175,6 +182,7 @@ def test_count_flops_with_nothing_missing_says_so(capsys):
     assert line.startswith("nothing to count: ") and line.endswith("FLOP counts the experiments need")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("experiment", ["toy-rl", "runtime"])
 def test_a_grid_dir_that_cannot_be_written_is_one_line_before_any_work(tmp_path, experiment):
     (tmp_path / "a_file").write_text("")

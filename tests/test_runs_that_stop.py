@@ -45,6 +45,7 @@ def refused(result: subprocess.CompletedProcess, message: str) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_run_stopped_by_sigterm_resumes_to_its_own_end_with_the_printed_command(tmp_path):
     command = [sys.executable, str(ROOT / "td3_huber.py"), *MODEL_FREE, "--total-timesteps", "3000"]
     command += ["--eval-frequency", "1000"]
@@ -66,6 +67,7 @@ def test_a_run_stopped_by_sigterm_resumes_to_its_own_end_with_the_printed_comman
     assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["global_step"] == 3000
 
 
+@pytest.mark.slow
 def test_a_finished_run_is_left_alone_and_a_non_finite_checkpoint_is_refused(tmp_path):
     run_dir = train(tmp_path, "--total-timesteps", "200", "--eval-frequency", "100", "--save-model")
     checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
@@ -88,6 +90,7 @@ def test_a_finished_run_is_left_alone_and_a_non_finite_checkpoint_is_refused(tmp
     assert (run_dir / "evaluation.json").is_file() and (run_dir / "evaluation-2.json").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -106,6 +109,7 @@ def test_bad_flags_and_paths_give_one_line_and_write_nothing(tmp_path, flags, me
     assert hashes(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_unwritable_run_folders_are_refused_before_any_work(tmp_path, monkeypatch):
     """As root, permission bits do not stop writes, so the refusal is made to happen the way a read-only folder fails:
     the writability probe raises PermissionError."""
@@ -179,6 +183,7 @@ def test_the_bandwidth_floor_is_where_the_float32_kernel_stops_telling_returns_a
     assert mmd_critic.multiquadric_kernel(returns, returns, 0.001)[0, 1].item() == -1.0
 
 
+@pytest.mark.slow
 def test_a_mujoco_v4_run_prints_no_upgrade_warning(tmp_path):
     """The v4 ids are the README's choice, said there once; gymnasium's "out of date, upgrade to v5" is not printed."""
     flags = "--env-id Hopper-v4 --no-dyna --total-timesteps 20 --learning-starts 10 --hidden-dim 8 --batch-size 8"
@@ -187,6 +192,7 @@ def test_a_mujoco_v4_run_prints_no_upgrade_warning(tmp_path):
     assert "out of date" not in result.stderr and "DeprecationWarning" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_resumed_run_that_would_never_update_is_refused(tmp_path):
     """A run stopped before learning starts, resumed with a budget that ends before it too, is refused with the run's
     own --learning-starts (the command line's default is not the run's); its checkpoint is left as it was."""
@@ -226,6 +232,7 @@ def test_world_model_flags_with_no_dyna_are_refused(flags):
     td3_huber.check_args(td3_huber.Args(dyna=False))
 
 
+@pytest.mark.slow
 def test_a_run_started_with_flags_now_refused_still_resumes(tmp_path):
     """A checkpoint written before such flags were refused (--no-dyna with --wm-hidden-dim) resumes: on resume they are
     put back to their defaults for the check, as they changed nothing."""
@@ -291,6 +298,7 @@ def test_a_run_that_fails_at_its_start_leaves_no_folder(tmp_path, monkeypatch, s
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_run_that_fails_before_its_first_step_leaves_no_folder(tmp_path):
     """A failure after open_run made the folder but before the run started (here the replay buffer's allocation, made
     to fail) leaves no empty folder behind when the process exits; a `runs/` it did not make stays."""

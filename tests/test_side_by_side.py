@@ -65,6 +65,7 @@ def kill_runs_in(folder: Path) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_two_runs_started_in_the_same_second_get_a_folder_each(tmp_path, monkeypatch, capsys):
     """The same flags, CleanRL's run name read from a clock that stands still while each run opens: the second run makes
     runs/<name>__2 instead of writing into the first's folder, and each folder holds its own summary, checkpoint and
@@ -94,6 +95,7 @@ def test_two_runs_started_in_the_same_second_get_a_folder_each(tmp_path, monkeyp
     assert printed == [os.path.join("runs", folder.name) for folder in folders]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop, status", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["SIGTERM", "SIGHUP"])
 def test_a_grid_stopped_by_sigterm_or_sighup_stops_its_job_with_a_checkpoint_and_resumes_it(tmp_path, stop, status):
     """SIGTERM (or SIGHUP: a closed terminal) to run_grid.py, its job running: one line, exit status 128 + the signal's
@@ -125,6 +127,7 @@ def test_a_grid_stopped_by_sigterm_or_sighup_stops_its_job_with_a_checkpoint_and
     assert [record["status"] for record in log] == ["interrupted", "ok"] and "--resume" in log[-1]["command"]
 
 
+@pytest.mark.slow
 def test_a_submitit_local_grid_stopped_by_sigterm_stops_its_job_with_a_checkpoint(tmp_path):
     """The same through submitit's LocalExecutor, whose jobs a terminal's Ctrl-C reaches through the process group but
     a SIGTERM to run_grid.py does not: run_grid cancels them (SIGINT), so the run writes its checkpoint and ends."""
@@ -146,6 +149,7 @@ def test_a_submitit_local_grid_stopped_by_sigterm_stops_its_job_with_a_checkpoin
         kill_runs_in(folder)
 
 
+@pytest.mark.slow
 def test_a_run_that_outlives_its_grid_is_not_started_twice(tmp_path):
     """run_grid.py killed outright (SIGKILL, which no process can handle) leaves its job's run going. The run holds the
     job's lock (it inherited it), so the same grid run again reports the job busy and starts no second run beside it."""

@@ -142,6 +142,7 @@ def test_world_model_normaliser_tracks_states_actions_deltas_and_rewards():
     np.testing.assert_allclose(sampled_rewards[0].numpy(), np.full(3, mean[5] + std[5]), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_world_model_fits_a_known_stochastic_system():
     """s' = s + B a + diag(sigma) e, r = a + 0.5 x: the cVAE's samples match the mean, spread and action-gradients."""
     torch.manual_seed(0)
@@ -178,6 +179,7 @@ def test_world_model_fits_a_known_stochastic_system():
 
 
 # END TO END
+@pytest.mark.slow
 def test_pointmass_run_logs_the_cleanrl_tags_and_writes_a_summary(tmp_path):
     result = run_script(
         *(
@@ -221,6 +223,7 @@ def test_pointmass_run_logs_the_cleanrl_tags_and_writes_a_summary(tmp_path):
     assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"]["size"] == 600
 
 
+@pytest.mark.slow
 def test_model_free_mujoco_run_with_both_noises(tmp_path):
     result = run_script(
         *(
@@ -243,6 +246,7 @@ def test_model_free_mujoco_run_with_both_noises(tmp_path):
     assert "world_model" not in checkpoint and "wm_optimizer" not in checkpoint and checkpoint["global_step"] == 400
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly_as_an_uninterrupted_run(tmp_path, monkeypatch):
     """A run checkpointed at an episode end and resumed ends with the same weights as the same run left alone."""
     monkeypatch.chdir(tmp_path)
@@ -288,6 +292,7 @@ def test_resume_continues_exactly_as_an_uninterrupted_run(tmp_path, monkeypatch)
     assert read_summary(resumed_dir)["wall_time_s"] > kept["wall_time_s"] > 0  # time before the stop is counted
 
 
+@pytest.mark.slow
 def test_resuming_a_checkpoint_that_does_not_fit_the_networks_fails_in_one_line(tmp_path):
     """A checkpoint whose world model has other parameter names (as an older version of the script wrote: four
     normalisers) is refused with one line naming the checkpoint, not a traceback."""
@@ -306,6 +311,7 @@ def test_resuming_a_checkpoint_that_does_not_fit_the_networks_fails_in_one_line(
     assert len(lines) == 1 and "cannot resume from" in lines[0] and "obs_normaliser" in lines[0], result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -326,11 +332,13 @@ def test_bad_input_prints_one_line_and_exits_non_zero(tmp_path, flags, message):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_bad_choice_gets_a_usage_error(tmp_path):
     result = run_script("td3_huber.py", "--obs-noise", "loud", cwd=tmp_path)
     assert result.returncode != 0 and "Traceback" not in result.stderr and "loud" in result.stderr
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_with_a_checkpoint(tmp_path):
     result = run_script(
         "td3_huber.py", "--env-id", "PointMass-v0", "--total-timesteps", "600", "--learning-rate", "1e30", *TINY, cwd=tmp_path
@@ -342,6 +350,7 @@ def test_non_finite_loss_stops_with_a_checkpoint(tmp_path):
     assert state["global_step"] > 200
 
 
+@pytest.mark.slow
 def test_a_world_model_that_diverges_in_the_warm_up_stops_the_run_there(tmp_path):
     """The finite check covers the world model's steps before learning starts: a NaN there stops the run at the
     first check (step 100), not only once the critic starts learning (step 400 here)."""

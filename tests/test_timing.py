@@ -12,6 +12,7 @@ import torch
 from helpers import ROOT, load_benchmark, run_script
 
 
+@pytest.mark.slow
 def test_timing_table_for_two_scripts(tmp_path):
     out = tmp_path / "timing.json"
     result = run_script(
@@ -42,6 +43,7 @@ def test_timing_table_for_two_scripts(tmp_path):
     assert "one critic update" in result.stdout and "| online critics | backward |" in result.stdout
 
 
+@pytest.mark.slow
 def test_timing_on_cuda_is_refused_in_one_line_without_a_gpu(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU: nothing to refuse")
@@ -73,6 +75,7 @@ def test_dsdpg_critic_update_stays_at_its_arithmetic_floor(sobolev):
     assert td3_floor is None and td3_parts
 
 
+@pytest.mark.slow
 def test_op_count_counts_an_iteration_by_difference(tmp_path):
     """benchmarks/investigations/op_count.py: an iteration with two critic updates has more operations, bytes and FLOPs
     than one with one (each counted by the difference of two runs)."""
@@ -130,6 +133,7 @@ def test_flops_are_counted_on_the_eager_update(monkeypatch):
     assert seen == [(False, False), (False, False)]
 
 
+@pytest.mark.slow
 def test_sigterm_stops_timing_in_one_line_with_nothing_to_resume(tmp_path):
     """SIGTERM (as Ctrl-C) in the middle of a script's timed run: one line saying the measurement is lost, no --resume
     of a checkpoint in the scratch folder that is already deleted, nothing written."""
@@ -148,6 +152,7 @@ def test_sigterm_stops_timing_in_one_line_with_nothing_to_resume(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_an_interrupted_table_keeps_the_scripts_it_finished(tmp_path, monkeypatch):
     """--out is written after every script: interrupted in the second script's runs, the JSON holds the first one's row,
     marked incomplete, and the one line says so; an uninterrupted table is marked complete."""
@@ -175,6 +180,7 @@ def test_an_interrupted_table_keeps_the_scripts_it_finished(tmp_path, monkeypatc
     assert json.loads((tmp_path / "t.json").read_text())["complete"] is True
 
 
+@pytest.mark.slow
 def test_a_compiled_entry_says_it_is_compiling_before_its_first_run(monkeypatch, capsys):
     """timing.py --scripts "...@compile=true" says so before the first (compiling) run, not after minutes of silence;
     an eager entry does not."""

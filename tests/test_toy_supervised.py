@@ -155,6 +155,7 @@ def test_eval_mmd_separates_truth_from_the_mean_collapsed_prediction():
 # ---------------------------------------------------------------------------------------------------------------
 # end to end
 # ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_short_run_writes_summary_figures_and_tensorboard(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -216,6 +217,7 @@ def test_bad_values_are_reported(overrides, message):
     assert tss.check_args(tss.Args()) is None
 
 
+@pytest.mark.slow
 def test_bad_flag_value_exits_with_one_line():
     result = subprocess.run([sys.executable, str(SCRIPT), "--input-noise", "-0.1"], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
@@ -223,6 +225,7 @@ def test_bad_flag_value_exits_with_one_line():
     assert len(lines) == 1 and "--input-noise" in lines[0]
 
 
+@pytest.mark.slow
 def test_sizes_the_machine_cannot_hold_are_refused_before_any_work(tmp_path):
     """--hidden-dim 1e8 (a 1e16-weight layer): one line naming the part and the machine's memory, no output folder."""
     out_dir = tmp_path / "D"
@@ -235,6 +238,7 @@ def test_sizes_the_machine_cannot_hold_are_refused_before_any_work(tmp_path):
     assert tss.memory_problem(tss.Args()) is None  # the paper's sizes fit
 
 
+@pytest.mark.slow
 def test_unknown_variant_is_rejected():
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--variants", "mmd_sobolev", "gan"], capture_output=True, text=True, timeout=60
@@ -251,6 +255,7 @@ def message_lines(stderr: str) -> list[str]:
     return [line for line in stderr.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
 
 
+@pytest.mark.slow
 def test_non_finite_float_flags_exit_with_one_line():
     cases = [("--learning-rate", "nan"), ("--learning-rate", "inf")]  # the other flags: test_bad_values_are_reported
     processes = [  # side by side: each run is mostly the interpreter's start
@@ -309,6 +314,7 @@ def finish(process: subprocess.Popen) -> tuple[int, str]:
     return process.returncode, process.already_read + stderr.decode()
 
 
+@pytest.mark.slow
 def test_sigterm_stops_training_with_one_line(tmp_path):
     out_dir = tmp_path / "out"
     command = [
@@ -336,6 +342,7 @@ def test_sigterm_stops_training_with_one_line(tmp_path):
     assert list((out_dir / "unlimited" / "mmd_sobolev").glob("events.out.tfevents.*"))
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_worker_processes_too(tmp_path):
     """Ctrl-C reaches the whole process group: the workers leave it to the main process, which stops them."""
     out_dir = tmp_path / "out"

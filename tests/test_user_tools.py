@@ -46,6 +46,7 @@ def video_frames(path: Path) -> tuple[int, tuple[int, ...]]:
         reader.close()
 
 
+@pytest.mark.slow
 def test_track_writes_an_offline_wandb_run_with_the_eval_curve_and_videos(tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     run_dir = train(tmp_path, "--total-timesteps", "300", "--eval-frequency", "150", "--track", "--capture-video", env=env)
@@ -60,6 +61,7 @@ def test_track_writes_an_offline_wandb_run_with_the_eval_curve_and_videos(tmp_pa
     assert config["env_id"] == "PointMass-v0" and config["track"] is True  # the hyperparameters
 
 
+@pytest.mark.slow
 def test_capture_video_films_the_first_episode_of_every_evaluation(tmp_path):
     run_dir = train(tmp_path, "--total-timesteps", "300", "--eval-frequency", "150", "--capture-video")
     videos = sorted((run_dir / "videos").glob("*.mp4"))
@@ -82,6 +84,7 @@ def mujoco_renders() -> str | None:
     return None if result.returncode == 0 else (result.stderr.strip().splitlines() or ["?"])[-1]
 
 
+@pytest.mark.slow
 def test_capture_video_renders_mujoco_headless(tmp_path):
     reason = mujoco_renders()
     if reason is not None:
@@ -100,6 +103,7 @@ def test_capture_video_renders_mujoco_headless(tmp_path):
     assert frames >= 2 and shape == (480, 480, 3)
 
 
+@pytest.mark.slow
 def test_evaluate_reproduces_the_final_evaluation_and_refuses_other_models(tmp_path):
     run_dir = train(tmp_path, "--total-timesteps", "250", "--eval-frequency", "250", "--save-model")
     result = run_script("td3_huber.py", "--evaluate", str(run_dir), "--eval-episodes", "2", "--capture-video", cwd=tmp_path)
@@ -119,6 +123,7 @@ def test_evaluate_reproduces_the_final_evaluation_and_refuses_other_models(tmp_p
         assert result.returncode == 1 and len(lines) == 1 and message in lines[0], result.stderr
 
 
+@pytest.mark.slow
 def test_evaluate_under_noise_flags_given_says_so_and_records_it(tmp_path):
     """--evaluate RUN --obs-noise mult on a run trained without noise evaluates under the noise (one line says so) and
     evaluation.json records both; without noise flags it evaluates under the run's own settings (no line)."""
@@ -135,6 +140,7 @@ def test_evaluate_under_noise_flags_given_says_so_and_records_it(tmp_path):
     assert again["obs_noise"] == "none" and again["trained_noise"] == evaluation["trained_noise"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_damaged_checkpoints_are_refused_in_one_line(tmp_path, script):
     """Every file once with td3_huber.py (--resume and --evaluate), garbage with the others (the same code in each)."""
@@ -151,6 +157,7 @@ def test_damaged_checkpoints_are_refused_in_one_line(tmp_path, script):
         assert f"cannot read '{tmp_path / name}'" in lines[0] and "damaged, empty or truncated" in lines[0]
 
 
+@pytest.mark.slow
 def test_resume_takes_a_run_folder_and_refuses_other_scripts_and_smaller_budgets(tmp_path):
     run_dir = train(tmp_path, "--total-timesteps", "200", "--eval-frequency", "100")
     result = run_script("dsdpg_mmd_sobolev.py", "--resume", str(run_dir), cwd=tmp_path)
@@ -165,6 +172,7 @@ def test_resume_takes_a_run_folder_and_refuses_other_scripts_and_smaller_budgets
     assert read_summary(run_dir)["eval_steps"] == [100, 200, 300]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "script, flags, carried, absent",
     [
@@ -196,6 +204,7 @@ def test_the_cpu_note_suggests_the_same_algorithm_at_the_readmes_cpu_sizes(scrip
     assert suggested.updates_per_step == 1 and suggested.hidden_dim == 64
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(tmp_path):
     command = [
         sys.executable,
@@ -230,6 +239,7 @@ def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(
     assert max(s for s, _ in read_scalars(run_dir)["losses/qf_loss"]) >= 100
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["td3_huber.py", "dsdpg_msmmd_sobolev.py"])
 def test_help_describes_the_script_and_prints_each_default_once(tmp_path, script):
     result = subprocess.run(
