@@ -1,6 +1,6 @@
 """Tests that kill one-line mutations of the maths the other tests let through: the actor step's direction, the TQC
 truncation as the critic update calls it, TD3's target smoothing, IQN's loss and quantile fractions, mmd_critic's
-unbiased estimator, the cVAE prior's spread, the max-sliced loss's direction, the target networks' Polyak step and the
+unbiased estimator, the cVAE prior's spread and its loss's KL term, the max-sliced loss's direction, the target networks' Polyak step and the
 target smoothing's two flags as update_critic passes them. Each expectation is computed independently (a loop, a
 hand-reproduced noise draw, a first-order prediction, the optimizer's own step recorded by a hook); the update closures
 are reached as main() builds them: main() runs up to run.start, where they are read from its frame, and stops there."""
@@ -313,6 +313,33 @@ def test_cvae_samples_use_the_priors_mean_plus_its_std_times_the_noise(name):
         rows_obs, rows_actions = obs.repeat_interleave(5, 0), actions.repeat_interleave(5, 0)
         world_model.sample(rows_obs, rows_actions, 1, noise.reshape(20, 1, -1), copies=5)
         torch.testing.assert_close(latents[-1][..., -world_model.latent_dim :], expected.reshape(20, 1, -1))
+
+
+@pytest.mark.parametrize("name", RL_SCRIPTS)
+def test_cvae_loss_is_reconstruction_plus_the_weighted_kl_of_encoder_to_prior(name):
+    """The world model's loss on a batch, against torch.distributions: the squared reconstruction error of the decoder
+    at the encoder's reparameterised draw (the same draw, by the same seed) plus kl_weight x KL(q(eps | s, a, ds, r) ||
+    p(eps | s, a)) of the two diagonal Gaussians, averaged over the batch."""
+    module = importlib.import_module(name)
+    world_model, _, _ = tiny_target_networks(module, "cvae", seed=0)
+    torch.nn.init.normal_(world_model.prior.out.weight, std=0.5)  # prior and encoder apart, with log stds far from 0
+    torch.nn.init.normal_(world_model.encoder.out.weight, std=0.5)
+    torch.manual_seed(4)
+    obs, actions, rewards, next_obs = torch.randn(6, 3), torch.rand(6, 2) * 2 - 1, torch.randn(6), torch.randn(6, 3)
+    torch.manual_seed(5)
+    loss = world_model.loss(obs, actions, rewards, next_obs)
+    with torch.no_grad():
+        cond = world_model.condition(obs, actions)
+        target = world_model.normaliser.normalise(torch.cat([next_obs - obs, rewards[:, None]], -1), world_model.out_part)
+        q_mean, q_log_std = world_model.gaussian(world_model.encoder(torch.cat([cond, target], -1)))
+        p_mean, p_log_std = world_model.gaussian(world_model.prior(cond))
+        q, p = torch.distributions.Normal(q_mean, q_log_std.exp()), torch.distributions.Normal(p_mean, p_log_std.exp())
+        torch.manual_seed(5)
+        eps = q.loc + q.scale * torch.randn_like(q.loc)
+        reconstruction = (world_model.decoder(torch.cat([cond, eps], -1)) - target).pow(2).sum(-1)
+        kl = torch.distributions.kl_divergence(q, p).sum(-1)
+    assert kl.mean() > 0.1  # the KL term matters here
+    torch.testing.assert_close(loss, (reconstruction + world_model.kl_weight * kl).mean())
 
 
 # MAX-SLICED: THE LOSS ON THE UNIT DIRECTION
