@@ -32,6 +32,11 @@ MUTATIONS = [  # (file, text, replacement): replaced wherever it occurs in the t
     ("td3_huber.py", "p_log_std - q_log_std + ((2 * q_log_std)", "q_log_std - p_log_std + ((2 * q_log_std)"),
     ("td3_huber.py", "self.total_mean += delta * n / total", "self.total_mean += delta / total"),
     ("mage_huber_sobolev.py", "errors[..., 0] + grad_loss_weight * errors", "errors[..., 0] + errors"),
+    (
+        "mage_huber_sobolev.py",
+        "torch.cat([returns.detach().unsqueeze(-1), grads], -1)",
+        "torch.cat([returns.detach().unsqueeze(-1), grads / 2], -1)",
+    ),
     ("mmd_critic.py", "return -torch.sqrt(1.0 + h**2 * sq_dist)", "return -torch.sqrt(1.0 + h * sq_dist)"),
     ("mmd_critic.py", "return k_xx / n**2 + k_yy / m**2 - 2 * k_xy", "return k_xx / n**2 + k_yy / m**2 - k_xy"),
     ("mmd_critic.py", "largest=False).indices", "largest=True).indices"),
@@ -41,6 +46,11 @@ MUTATIONS = [  # (file, text, replacement): replaced wherever it occurs in the t
         "dsdpg_mmd_sobolev.py",
         "returns = rewards + gamma * (1.0 - terminations)[:, None] * next_z",
         "returns = rewards + gamma * next_z",
+    ),
+    (
+        "dsdpg_mmd_sobolev.py",
+        "(torch.ones(num_critics, batch, n, device=obs.device), discount",
+        "(torch.zeros(num_critics, batch, n, device=obs.device), discount",
     ),
     ("dsdpg_msmmd_sobolev.py", "discount = (gamma * (1.0 - terminations))", "discount = (gamma * (1.0 + terminations))"),
     ("dsdpg_msmmd_sobolev.py", "grad = grad - (grad * theta).sum(-1, keepdim=True) * theta", "grad = grad + 0 * theta"),
