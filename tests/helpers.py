@@ -50,7 +50,11 @@ def run_script(script: str, *flags: str, cwd: str | Path, timeout: float = 600) 
 
 def error_lines(result: subprocess.CompletedProcess) -> list[str]:
     """The non-empty stderr lines, progress-bar redraws removed."""
-    return [line for line in result.stderr.replace("\r", "\n").splitlines() if line.strip() and "it/s" not in line]
+    return [
+        line
+        for line in result.stderr.replace("\r", "\n").splitlines()
+        if line.strip() and "it/s" not in line and "s/it" not in line
+    ]
 
 
 def read_wandb_run(run_file: str | Path) -> tuple[list[dict], dict]:
