@@ -1,0 +1,22 @@
+"""Suite-wide settings for a run split over processes with pytest-xdist (`-n 2`, the README's command).
+
+Each worker computes with one thread, and so do the scripts and tools its tests start: two workers of torch's default
+thread count (one per core) would oversubscribe the cores, and a spinning thread pool then slows a test several
+times over. The longest test (~4 minutes, some 70 short runs) starts first, so that the other worker runs the rest of
+the suite beside it.
+"""
+
+import os
+
+import pytest
+import torch
+
+LONGEST_TEST = "test_every_smoke_runs_and_aggregates"
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")  # inherited by every process a test starts
+    torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.name != LONGEST_TEST)  # stable: the rest keep their order
