@@ -63,17 +63,20 @@ def fail(message: str) -> NoReturn:
 
 def resume_until_loop(path: str) -> tuple:
     """The script's module and main()'s variables once it has resumed from a copy of the checkpoint at `path`."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "checkpoint.pt")
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    run_bookkeeping = importlib.import_module("run_bookkeeping")
+    path = run_bookkeeping.file_in_run(path, "checkpoint.pt")
     if not os.path.isfile(path):
         fail(f"no checkpoint at {path!r}")
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    try:  # only to learn the script: the resumed script checks the checkpoint itself (damaged, non-finite, ...)
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        fail(f"cannot read {path!r} ({type(error).__name__})")
     name = saved.get("script", "").removesuffix(".py") if isinstance(saved, dict) else ""
     if name not in SOBOLEV_SCRIPTS:
         fail(f"{path!r} is not a checkpoint of a Sobolev script ({', '.join(SOBOLEV_SCRIPTS)})")
-    if ROOT not in sys.path:
-        sys.path.insert(0, ROOT)
-    module, run_bookkeeping = importlib.import_module(name), importlib.import_module("run_bookkeeping")
+    module = importlib.import_module(name)
     original_start = run_bookkeeping.Run.start
 
     def start(run, stateful: dict, device: torch.device) -> int:
