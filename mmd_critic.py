@@ -558,7 +558,7 @@ def main(args: Args) -> None:
 
     losses: dict[str, torch.Tensor] = {}
     monitor_contraction = args.contraction_frequency > 0
-    global_step = start_step = run.start(stateful, device)  # --resume: every state as saved
+    start_step = run.start(stateful, device)  # --resume: every state as saved
     obs, _ = env.reset(seed=args.seed if run.checkpoint is None else None)  # resumed: a fresh episode, RNG as saved
     if args.cudagraphs:
         from flag_extras import CudaGraphStep
@@ -622,7 +622,7 @@ def main(args: Args) -> None:
                 run.checkpoint_if_due(global_step)
                 obs, _ = env.reset()
     except KeyboardInterrupt:
-        run.interrupted(global_step)
+        run.interrupted()
     run.finish({"actor": actor, "critic": critic})
 
 

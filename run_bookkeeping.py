@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import asdict, fields, replace
 from functools import partial
@@ -326,11 +326,6 @@ def restore(checkpoint: dict, stateful: dict, env: gym.Env, device: torch.device
     return tuple(checkpoint[name] for name in counters)
 
 
-def raise_keyboard_interrupt(signum: int, frame: object) -> None:
-    """SIGTERM, what Slurm and most schedulers send before killing a job, stops a run like Ctrl-C: checkpoint, exit."""
-    raise KeyboardInterrupt
-
-
 # EVALUATION (periodic, and --evaluate of a saved policy)
 def evaluate(actor: nn.Module, env: gym.Env, num_episodes: int, seed: int, device: torch.device) -> list[float]:
     """Returns of the deterministic policy over `num_episodes` episodes reset with seeds seed, seed+1, ...; a video being
@@ -520,15 +515,38 @@ class Run:
         self.last_checkpoint_step, self.sps, self.progress = self.start_step, 0, None
         self.start_time = time.time()
         self.cost_note_due, self.cost_clock = device.type == "cpu", None  # a CPU run's, resumed or not
-        signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # from here on, SIGTERM is Ctrl-C
+        self.next_step, self.looping, self.stop_requested = self.start_step, False, False
+        signal.signal(signal.SIGTERM, self.stop_after_the_step)  # from here on, SIGTERM is Ctrl-C
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # a background job's ignored SIGINT stays so
+            signal.signal(signal.SIGINT, self.stop_after_the_step)
         return self.start_step
+
+    def stop_after_the_step(self, signum: int, frame: object) -> None:
+        """Ctrl-C or SIGTERM (what Slurm and most schedulers send before killing a job) in the loop: the step under way
+        ends, then the loop raises KeyboardInterrupt, so the checkpoint holds whole steps. A second one, or one outside
+        the loop, raises it at once."""
+        if self.stop_requested or not self.looping:
+            raise KeyboardInterrupt
+        self.stop_requested = True
 
     def progress_bar(self, steps: range) -> tqdm:
         """The loop's steps with a progress bar over the whole run (a resumed run's starts at its step)."""
         self.progress = tqdm(
             steps, initial=steps.start, total=self.args.total_timesteps, desc=self.args.exp_name, mininterval=1.0
         )
-        return self.progress
+        return self.whole_steps(self.progress)
+
+    def whole_steps(self, bar: tqdm) -> Iterator[int]:
+        """The bar's steps; a stop asked for during a step raises KeyboardInterrupt once that step is done."""
+        self.looping = True
+        try:
+            for step in bar:
+                if self.stop_requested:
+                    raise KeyboardInterrupt
+                yield step
+                self.next_step = step + 1  # the step is done: a checkpoint from here on starts after it
+        finally:
+            self.looping = False
 
     def state(self, next_step: int) -> dict:
         """Everything a resumed run needs: tensors and plain Python values only (loads with weights_only=True)."""
@@ -604,7 +622,8 @@ class Run:
             save_checkpoint(self.checkpoint_path, self.state(step + 1))
             self.last_checkpoint_step = step + 1
 
-    def interrupted(self, step: int) -> NoReturn:
+    def interrupted(self) -> NoReturn:
+        step = self.next_step
         save_checkpoint(self.checkpoint_path, self.state(step))
         self.writer.close()
         if self.progress is not None:  # None: stopped before the loop

@@ -4,7 +4,9 @@ non-finite loss, including at the last step; every evaluation resets its episode
 time."""
 
 import math
+import os
 import signal
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -19,9 +21,9 @@ import td3_huber
 @pytest.fixture
 def started_run(tmp_path, monkeypatch):
     """A function flags -> the started `Run` of td3_huber on PointMass-v0 in tmp_path (no networks: `stateful` is
-    empty); its envs and writer are closed and the SIGTERM handler Run.start installs is put back afterwards."""
+    empty); its envs and writer are closed and the SIGTERM and SIGINT handlers Run.start installs are put back afterwards."""
     monkeypatch.chdir(tmp_path)
-    previous_handler, runs = signal.getsignal(signal.SIGTERM), []
+    previous_handlers, runs = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)), []
 
     def start(**flags) -> run_bookkeeping.Run:
         settings = dict(env_id="PointMass-v0", cuda=False, seed=3, total_timesteps=250, learning_starts=10)
@@ -33,10 +35,38 @@ def started_run(tmp_path, monkeypatch):
         return run
 
     yield start
-    signal.signal(signal.SIGTERM, previous_handler)
+    signal.signal(signal.SIGTERM, previous_handlers[0])
+    signal.signal(signal.SIGINT, previous_handlers[1])
     for run in runs:
         for closing in (run.progress, run.env, run.eval_env, run.writer):
             closing.close()
+
+
+# STOPPING: SIGTERM OR CTRL-C
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_during_a_step_ends_the_loop_after_that_step_and_a_second_stop_at_once(started_run, signum):
+    """A signal during step 3 lets step 3 finish, then the loop raises KeyboardInterrupt with 4 steps done (the
+    checkpoint's step); a second signal during a step raises it in the step, whose step is then not done."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, as in a terminal (the fixture restores)
+    for stops in (1, 2):
+        run = started_run()
+        run.progress.close()
+        done = []
+        with pytest.raises(KeyboardInterrupt):
+            for step in run.progress_bar(range(0, 250)):
+                for _ in range(stops if step == 3 else 0):
+                    os.kill(os.getpid(), signum)
+                    time.sleep(0.01)  # the handler runs
+                done.append(step)
+        assert done == ([0, 1, 2, 3] if stops == 1 else [0, 1, 2])
+        assert run.next_step == len(done) and not run.looping
+
+
+def test_an_ignored_sigint_stays_ignored(started_run):
+    """A background job of a non-interactive shell starts with SIGINT ignored: the run does not take it back."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    started_run()
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 # THE NAN GUARD

@@ -230,9 +230,11 @@ def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(
     lines = error_lines(subprocess.CompletedProcess(command, process.returncode, "", stderr))
     assert process.returncode == 1 and len(lines) == 1 and "interrupted at step" in lines[0], stderr
     run_dir = only_run_dir(tmp_path)
-    step = torch.load(run_dir / "checkpoint.pt", weights_only=True)["global_step"]
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    step = checkpoint["global_step"]
     resume = f"resume with: python {ROOT / 'td3_huber.py'} --resume {run_dir.relative_to(tmp_path) / 'checkpoint.pt'}"
-    assert 305 <= step and lines[0].endswith(resume)
+    assert 305 <= step and lines[0] == f"td3_huber.py: error: interrupted at step {step}; {resume}"
+    assert checkpoint["replay_buffer"]["size"] == step  # whole steps: the signal's step ended before the checkpoint
     result = run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", str(step + 20), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert read_summary(run_dir)["eval_steps"][-1] == step + 20
