@@ -3,10 +3,12 @@
 Each worker computes with one thread, and so do the scripts and tools its tests start: two workers of torch's default
 thread count (one per core) would oversubscribe the cores, and a spinning thread pool then slows a test several
 times over. The longest test (~4 minutes, some 70 short runs) starts first, so that the other worker runs the rest of
-the suite beside it.
+the suite beside it. Every test leaves the SIGINT and SIGTERM handlers as it found them: a script's `main()` run
+in-process installs its own, which would otherwise outlive the test (and keep its run, replay buffer and all, alive).
 """
 
 import os
+import signal
 
 import pytest
 import torch
@@ -20,3 +22,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.name != LONGEST_TEST)  # stable: the rest keep their order
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_put_back():
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)

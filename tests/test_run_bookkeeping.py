@@ -21,9 +21,9 @@ import td3_huber
 @pytest.fixture
 def started_run(tmp_path, monkeypatch):
     """A function flags -> the started `Run` of td3_huber on PointMass-v0 in tmp_path (no networks: `stateful` is
-    empty); its envs and writer are closed and the SIGTERM and SIGINT handlers Run.start installs are put back afterwards."""
+    empty); its envs and writer are closed afterwards (conftest puts back the signal handlers Run.start installs)."""
     monkeypatch.chdir(tmp_path)
-    previous_handlers, runs = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)), []
+    runs = []
 
     def start(**flags) -> run_bookkeeping.Run:
         settings = dict(env_id="PointMass-v0", cuda=False, seed=3, total_timesteps=250, learning_starts=10)
@@ -35,8 +35,6 @@ def started_run(tmp_path, monkeypatch):
         return run
 
     yield start
-    signal.signal(signal.SIGTERM, previous_handlers[0])
-    signal.signal(signal.SIGINT, previous_handlers[1])
     for run in runs:
         for closing in (run.progress, run.env, run.eval_env, run.writer):
             closing.close()
@@ -47,9 +45,10 @@ def started_run(tmp_path, monkeypatch):
 def test_a_stop_during_a_step_ends_the_loop_after_that_step_and_a_second_stop_at_once(started_run, signum):
     """A signal during step 3 lets step 3 finish, then the loop raises KeyboardInterrupt with 4 steps done (the
     checkpoint's step); a second signal during a step raises it in the step, whose step is then not done."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, as in a terminal (the fixture restores)
     for stops in (1, 2):
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, as in a terminal
         run = started_run()
+        assert signal.getsignal(signum) == run.stop_after_the_step  # this run's, not the one before's
         run.progress.close()
         done = []
         with pytest.raises(KeyboardInterrupt):

@@ -51,8 +51,10 @@ def test_a_run_stopped_by_sigterm_resumes_to_its_own_end_with_the_printed_comman
     command += ["--eval-frequency", "1000"]
     process = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     drawn = ""
-    while drawn.count("%|") < 2:  # the bar redrawn: the loop runs, SIGTERM is handled like Ctrl-C
-        drawn += process.stderr.read(1)
+    while not re.search(r"\| *[1-9]\d*/3000 \[", drawn):  # steps done: the loop runs, SIGTERM is handled like Ctrl-C
+        character = process.stderr.read(1)
+        assert character, drawn  # the run ended before it got there
+        drawn += character
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     lines = error_lines(subprocess.CompletedProcess(command, process.returncode, "", drawn + stderr))

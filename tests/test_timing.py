@@ -16,7 +16,7 @@ from helpers import ROOT, load_benchmark, run_script
 def test_timing_table_for_two_scripts(tmp_path):
     out = tmp_path / "timing.json"
     result = run_script(
-        *"benchmarks/timing.py --env-id PointMass-v0 --learning-starts 40 --seconds 0.2 --scripts td3_huber".split(),
+        *"benchmarks/timing.py --env-id PointMass-v0 --learning-starts 40 --seconds 1 --scripts td3_huber".split(),
         "dsdpg_msmmd_sobolev@world_model=flow,num_samples=3,slice_steps=2",
         *"--script-flags hidden_dim=8 wm_hidden_dim=8 batch_size=16 --out".split(),
         str(out),
