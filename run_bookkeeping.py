@@ -529,8 +529,9 @@ class Run:
             raise KeyboardInterrupt
         self.stop_requested = True
 
-    def progress_bar(self, steps: range) -> tqdm:
-        """The loop's steps with a progress bar over the whole run (a resumed run's starts at its step)."""
+    def progress_bar(self, steps: range) -> Iterator[int]:
+        """The loop's steps with a progress bar over the whole run (a resumed run's starts at its step), ended after the
+        step under way by a stop (whole_steps)."""
         self.progress = tqdm(
             steps, initial=steps.start, total=self.args.total_timesteps, desc=self.args.exp_name, mininterval=1.0
         )
@@ -623,6 +624,7 @@ class Run:
             self.last_checkpoint_step = step + 1
 
     def interrupted(self) -> NoReturn:
+        """After a stop: the checkpoint of the steps done (whole ones, unless a second stop cut one short), one line."""
         step = self.next_step
         save_checkpoint(self.checkpoint_path, self.state(step))
         self.writer.close()

@@ -71,7 +71,7 @@ def test_two_runs_started_in_the_same_second_get_a_folder_each(tmp_path, monkeyp
     runs/<name>__2 instead of writing into the first's folder, and each folder holds its own summary, checkpoint and
     TensorBoard events, and is the path its run prints."""
     monkeypatch.chdir(tmp_path)
-    open_run, frozen, sigterm = run_bookkeeping.open_run, time.time(), signal.getsignal(signal.SIGTERM)
+    open_run, frozen = run_bookkeeping.open_run, time.time()
 
     def open_run_in_the_same_second(args, *script):
         with monkeypatch.context() as clock:
@@ -80,11 +80,8 @@ def test_two_runs_started_in_the_same_second_get_a_folder_each(tmp_path, monkeyp
 
     monkeypatch.setattr(run_bookkeeping, "open_run", open_run_in_the_same_second)
     flags = dict(env_id="PointMass-v0", dyna=False, total_timesteps=150, learning_starts=100, hidden_dim=16, batch_size=16)
-    try:
-        for _ in range(2):
-            td3_huber.main(td3_huber.Args(**flags, eval_episodes=1, contraction_frequency=0, cuda=False))
-    finally:
-        signal.signal(signal.SIGTERM, sigterm)  # Run.start makes SIGTERM a KeyboardInterrupt
+    for _ in range(2):  # conftest puts back the signal handlers Run.start installs
+        td3_huber.main(td3_huber.Args(**flags, eval_episodes=1, contraction_frequency=0, cuda=False))
     name = f"PointMass-v0__td3_huber__1__{int(frozen)}"
     folders = sorted((tmp_path / "runs").iterdir())
     assert [folder.name for folder in folders] == [name, f"{name}__2"]
