@@ -525,6 +525,50 @@ def test_an_experiment_script_refuses_extra_arguments_before_any_work(tmp_path, 
     assert not (tmp_path / "grid").exists()
 
 
+def test_mujoco_cpu_lanes_each_run_every_group_their_own_first(tmp_path):
+    """mujoco_cpu.sh with `python` stubbed to print its arguments: each lane calls run_grid.py once per group, its own
+    groups first, then the other lane's in reverse, then the IDP seeds 4-5 of the groups other than DSDPG-MSMMD; so
+    both lanes cover all 25 groups (64 runs) and neither idles while one remains. The task's settings go with each."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python").write_text('#!/usr/bin/env bash\necho "$@"\n')
+    (stub / "python").chmod(0o755)
+    result = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "mujoco_cpu" / "mujoco_cpu.sh"), str(tmp_path / "grid")],
+        env={"PATH": f"{stub}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+
+    def groups(lane: str) -> list[tuple[str, str, str, str]]:
+        found = []
+        for line in (tmp_path / "grid" / f"{lane}.log").read_text().splitlines():
+            words = line.split()
+            value = {flag: words[words.index(flag) + 1] for flag in ("--scripts", "--env-ids", "--common")}
+            seeds = " ".join(words[words.index("--seeds") + 1 : words.index("--grid-dir")])
+            flag_set = line.split("--flag-sets ")[1] if "--flag-sets" in line else ""
+            common = line.split("--common ")[1].split(" --flag-sets")[0]
+            assert words[0] == "benchmarks/run_grid.py" and "--workers 1 --threads-per-job 1" in line
+            task_steps = {"InvertedDoublePendulum-v4": 25000, "HalfCheetah-v4": 150000, "Walker2d-v4": 200000}
+            assert f"--total-timesteps {task_steps[value['--env-ids']]} " in common and "--obs-noise mult" in common
+            assert ("--wm-hidden-dim 256" in common) != flag_set.startswith("--no-dyna")  # no world model: no flags
+            found.append((value["--env-ids"][:3], seeds, value["--scripts"], flag_set))
+        return found
+
+    lane1, lane2 = groups("lane1"), groups("lane2")  # lane 1 has 10 groups of its own, lane 2 8, then 7 extra
+    assert len(lane1) == len(set(lane1)) == 25 and set(lane1) == set(lane2)
+    assert lane1[10:18] == lane2[:8][::-1] and lane2[8:18] == lane1[:10][::-1] and lane1[18:] == lane2[18:]
+    assert lane1[0] == ("Inv", "1 2 3", "dsdpg_msmmd_sobolev", "--compile")
+    assert lane2[0] == ("Inv", "1 2 3", "td3_huber", "--no-dyna --exp-name td3_huber_no_dyna")
+    assert all(group[:2] == ("Inv", "4 5") and group[2] != "dsdpg_msmmd_sobolev" for group in lane1[18:])
+    per_task = {}
+    for env, seeds, _, _ in lane1:
+        per_task[env] = per_task.get(env, 0) + len(seeds.split())
+    assert per_task == {"Inv": 8 * 5, "Hal": 6 * 3, "Wal": 3 * 2}  # 64 runs
+
+
 def test_margins_are_each_method_against_the_best_baseline_per_env_and_measure():
     """aggregate.margins: per env, a non-baseline method's mean minus the best baseline's mean, the best taken per
     measure (here MAGE by final return, TD3 by nAUC); envs without a baseline give no row; by default the baselines

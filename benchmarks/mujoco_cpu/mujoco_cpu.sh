@@ -7,10 +7,10 @@
 #   Walker2d-v4 (the README's task) at HalfCheetah's settings, 200 000 steps: TD3 --no-dyna, MAGE, DSDPG-MSMMD.
 # CPU-scale sizes for every method alike: actor and critics 2 x 128, cVAE 3 x 256, batch 64, lr 3e-4 (world model too),
 # 5 000 random steps, 10 eval episodes; everything else the paper's (TQC 25 %, N = 10, h = 100, Adam slicing search).
-# Seeds in waves, so that a reading exists early: every IDP group at seeds 1-3 (DSDPG-MSMMD's from the start), then
-# HalfCheetah 1-3, Walker2d 1-2, then IDP seeds 4-5. Two lanes of one worker and one thread each; run this file from
-# a worktree of one commit (GRID_DIR may point elsewhere). Resumable: re-run the same command; an interrupted run
-# resumes from its last checkpoint (every 5 000 steps, and on a stop by Ctrl-C or, in the background, by
+# Seeds in waves, so that a reading exists early: every IDP group at seeds 1-3, HalfCheetah 1-3, Walker2d 1-2, then IDP
+# seeds 4-5. Two lanes of one worker and one thread each, each taking the other's groups once its own are done; run
+# this file from a worktree of one commit (GRID_DIR may point elsewhere). Resumable: re-run the same command; a stopped
+# run resumes from its last checkpoint (every 5 000 steps, and on a stop by Ctrl-C or, in the background, by
 # `pkill -INT -f benchmarks/run_grid.py`). The cost plan: README.md beside this file.
 #   bash benchmarks/mujoco_cpu/mujoco_cpu.sh [GRID_DIR]          (default benchmarks/mujoco_cpu/grid)
 #   python benchmarks/aggregate.py benchmarks/mujoco_cpu/grid --out benchmarks/mujoco_cpu/results
@@ -41,40 +41,49 @@ grid() {  # ENV SEEDS SCRIPT [FLAG SET]: one worker of one thread; a failed run 
 }
 failed=0
 IDP=InvertedDoublePendulum-v4 HC=HalfCheetah-v4 WALKER=Walker2d-v4
-lane1() {  # the DSDPG-MSMMD runs and what balances them (~31 core-hours at the cost plan's rates)
-    grid $IDP "1 2 3" dsdpg_msmmd_sobolev --compile
-    grid $HC "1 2 3" td3_huber "$TD3"
-    grid $HC "1 2 3" td3_huber "$TD3_MSE"
-    grid $HC "1 2 3" dsdpg_msmmd_sobolev --compile
-    grid $HC "1 2 3" mmd_critic
-    grid $WALKER "1 2" td3_huber "$TD3"
-    grid $WALKER "1 2" mage_huber_sobolev
-    grid $WALKER "1 2" dsdpg_msmmd_sobolev --compile
-    grid $IDP "4 5" dsdpg_msmmd_sobolev --compile
-    exit $failed
-}
-lane2() {  # the IDP baselines first, then DSDPG-MMD and the distributional critics (~32 core-hours)
-    grid $IDP "1 2 3" td3_huber "$TD3"
-    grid $IDP "1 2 3" td3_huber "$TD3_MSE"
-    grid $IDP "1 2 3" td3_huber
-    grid $IDP "1 2 3" mage_huber_sobolev
-    grid $IDP "1 2 3" dsdpg_mmd_sobolev
-    grid $IDP "1 2 3" mmd_critic
-    grid $IDP "1 2 3" iqn
-    grid $HC "1 2 3" dsdpg_mmd_sobolev
-    grid $HC "1 2 3" mage_huber_sobolev
-    grid $IDP "4 5" td3_huber "$TD3"
-    grid $IDP "4 5" td3_huber "$TD3_MSE"
-    grid $IDP "4 5" td3_huber
-    grid $IDP "4 5" mage_huber_sobolev
-    grid $IDP "4 5" dsdpg_mmd_sobolev
-    grid $IDP "4 5" mmd_critic
-    grid $IDP "4 5" iqn
+# A group is ENV|SEEDS|SCRIPT|FLAG SET. Each lane runs its own groups, then the other lane's in reverse order: the job
+# locks let two lanes share a group (a job the other lane runs is reported busy and passed), so no core idles while
+# runs remain. The other groups' IDP seeds 4-5 come last (the reading needs DSDPG-MSMMD's; the rest add seeds).
+LANE1=(  # the DSDPG-MSMMD runs and what balances them
+    "$IDP|1 2 3|dsdpg_msmmd_sobolev|--compile"
+    "$HC|1 2 3|td3_huber|$TD3"
+    "$HC|1 2 3|td3_huber|$TD3_MSE"
+    "$IDP|1 2 3|mmd_critic|"
+    "$HC|1 2 3|dsdpg_msmmd_sobolev|--compile"
+    "$HC|1 2 3|mmd_critic|"
+    "$WALKER|1 2|td3_huber|$TD3"
+    "$WALKER|1 2|mage_huber_sobolev|"
+    "$WALKER|1 2|dsdpg_msmmd_sobolev|--compile"
+    "$IDP|4 5|dsdpg_msmmd_sobolev|--compile"
+)
+LANE2=(  # the IDP baselines first, then DSDPG-MMD and the distributional critics
+    "$IDP|1 2 3|td3_huber|$TD3"
+    "$IDP|1 2 3|td3_huber|$TD3_MSE"
+    "$IDP|1 2 3|td3_huber|"
+    "$IDP|1 2 3|mage_huber_sobolev|"
+    "$IDP|1 2 3|dsdpg_mmd_sobolev|"
+    "$IDP|1 2 3|iqn|"
+    "$HC|1 2 3|dsdpg_mmd_sobolev|"
+    "$HC|1 2 3|mage_huber_sobolev|"
+)
+EXTRA=()
+for script in "td3_huber|$TD3" "td3_huber|$TD3_MSE" "td3_huber|" "mage_huber_sobolev|" "dsdpg_mmd_sobolev|" \
+    "mmd_critic|" "iqn|"; do
+    EXTRA+=("$IDP|4 5|$script")
+done
+lane() {  # OWN OTHER: the groups of array OWN, then those of OTHER in reverse, then EXTRA
+    local -n own=$1 other=$2
+    local groups=("${own[@]}") i env seeds script flags
+    for ((i = ${#other[@]} - 1; i >= 0; i--)); do groups+=("${other[i]}"); done
+    for group in "${groups[@]}" "${EXTRA[@]}"; do
+        IFS='|' read -r env seeds script flags <<< "$group"
+        grid "$env" "$seeds" "$script" ${flags:+"$flags"}
+    done
     exit $failed
 }
 mkdir -p "$GRID_DIR"
-(lane1) >> "$GRID_DIR/lane1.log" 2>&1 &
-(lane2) >> "$GRID_DIR/lane2.log" 2>&1 &
+(lane LANE1 LANE2) >> "$GRID_DIR/lane1.log" 2>&1 &
+(lane LANE2 LANE1) >> "$GRID_DIR/lane2.log" 2>&1 &
 status=0
 wait %1 || status=1
 wait %2 || status=1
