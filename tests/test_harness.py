@@ -569,6 +569,38 @@ def test_mujoco_cpu_lanes_each_run_every_group_their_own_first(tmp_path):
     assert per_task == {"Inv": 8 * 5, "Hal": 6 * 3, "Wal": 3 * 2}  # 64 runs
 
 
+def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path):
+    """stability.py: per run, the first evaluation >= --solved, the training episodes ending after it that reached the
+    time limit or fell (over a resumed run's event files, the later file winning a step), the evaluations below
+    --held after it; a run that never solved; the per-script totals; other env ids left out; bad flags refused."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    stability = load_benchmark("stability")
+    solved_run, never_run = tmp_path / "grid" / "1", tmp_path / "grid" / "2"
+    write_summary(solved_run, "td3_huber", "E", 1, [100, 200, 300, 400], [10.0, 9400.0, 8000.0, 9360.0])
+    write_summary(never_run, "td3_huber", "E", 2, [100, 200, 300, 400], [10.0, 20.0, 30.0, 40.0])
+    write_summary(tmp_path / "grid" / "3", "td3_huber", "Other", 1, [100], [9400.0])  # another env: left out
+    files = ([(150, 20.0), (220, 1000.0), (250, 30.0)], [(250, 1000.0), (330, 40.0), (390, 1000.0)])  # resumed at 250
+    for part in files:
+        with SummaryWriter(str(solved_run)) as writer:
+            for step, length in part:
+                writer.add_scalar("charts/episodic_length", length, step)
+        time.sleep(0.05)
+    table = stability.stability_table(stability.Args(str(tmp_path / "grid"), env_id="E", solved=9350, held=9000))
+    assert "| td3_huber | 1 | 200 | 3 / 1 | 8000 at 300 | 9360 |" in table  # 220, 250 (later file), 390 full; 330 fell
+    assert "| td3_huber | 2 | never | | | 40 |" in table
+    assert "| td3_huber | 2 | 1 | 1 / 4 | 1 |" in table and "Other" not in table
+    table = stability.stability_table(stability.Args(str(tmp_path / "grid"), env_id="E", solved=9350, held=7000))
+    assert "| td3_huber | 1 | 200 | 3 / 1 | none | 9360 |" in table and "| td3_huber | 2 | 1 | 1 / 4 | 0 |" in table
+    for flags, message in (
+        ({"held": 9500}, "--held (9500) must be at most --solved (9350)"),
+        ({"env_id": "F"}, f"no finished run (summary.json) of F under {tmp_path / 'grid'}"),
+    ):
+        with pytest.raises(SystemExit) as refused:
+            stability.stability_table(stability.Args(str(tmp_path / "grid"), **{"env_id": "E", **flags}))
+        assert refused.value.code == f"stability.py: error: {message}"
+
+
 def test_margins_are_each_method_against_the_best_baseline_per_env_and_measure():
     """aggregate.margins: per env, a non-baseline method's mean minus the best baseline's mean, the best taken per
     measure (here MAGE by final return, TD3 by nAUC); envs without a baseline give no row; by default the baselines

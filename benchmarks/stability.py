@@ -1,0 +1,128 @@
+"""Does a solved policy stay solved? Training episodes and evaluations after a run first solves its task.
+
+For every finished run under RUNS_DIR (found as `aggregate.py` finds them, through their summary.json): the first
+evaluation at or above `--solved`, then the training episodes that end after it (`charts/episodic_length`, read back
+from the run's TensorBoard files; a resumed run's later file wins a step it repeats), counted as full (they reached the
+time limit, `--max-episode-steps`) or fallen (ended earlier: on InvertedDoublePendulum, the pendulum fell), and the
+evaluations after it that read below `--held`. Training episodes run the behaviour policy (the actor plus exploration
+noise), one per 1 000 steps while it balances: they say whether the policy keeps the task between evaluations.
+
+Usage:
+    python benchmarks/stability.py benchmarks/mujoco_cpu/grid --env-id InvertedDoublePendulum-v4 \
+        --out benchmarks/mujoco_cpu/stability.md
+"""
+
+import glob
+import os
+import sys
+from dataclasses import dataclass
+from typing import Annotated
+
+import numpy as np
+import tyro
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from aggregate import load_runs  # noqa: E402
+
+LENGTH_TAG = "charts/episodic_length"
+
+
+@dataclass
+class Args:
+    """Per run, what follows its first solved evaluation: training episodes full or fallen, evaluations below a bar."""
+
+    runs_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUNS_DIR")]
+    """directory searched recursively for the runs' summary.json"""
+    env_id: str = "InvertedDoublePendulum-v4"
+    """only the runs of this env id"""
+    solved: float = 9350.0
+    """an evaluation return at or above this counts as solved (InvertedDoublePendulum: ~9 360 at most)"""
+    held: float = 9000.0
+    """an evaluation after the first solve that reads below this counts as a drop"""
+    max_episode_steps: int = 1000
+    """the env's time limit: a training episode this long did not fall"""
+    out: str | None = None
+    """markdown file to write (default: print only)"""
+
+
+def fail(message: str) -> None:
+    sys.exit(f"stability.py: error: {message}")
+
+
+def episode_lengths(run_dir: str) -> dict[int, float]:
+    """The training episodes' lengths by the step they ended at, over all of a run's event files (oldest first)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    lengths: dict[int, float] = {}
+    for path in sorted(glob.glob(os.path.join(glob.escape(run_dir), "events.out.tfevents.*")), key=os.path.getmtime):
+        events = EventAccumulator(path, size_guidance={"scalars": 0})
+        events.Reload()
+        if LENGTH_TAG in events.Tags()["scalars"]:
+            lengths.update({event.step: event.value for event in events.Scalars(LENGTH_TAG)})
+    return lengths
+
+
+def run_stability(run: dict, args: Args) -> dict:
+    """first_solved (env step, or None), full and fell (training episodes ending after it), drops ([(step, return)])."""
+    solved_at = [step for step, value in zip(run["eval_steps"], run["eval_returns"]) if value >= args.solved]
+    row = {"script": run["script"], "seed": run["seed"], "final": run["final_eval_return"], "first_solved": None}
+    if not solved_at:
+        return row
+    first = min(solved_at)
+    lengths = episode_lengths(run["run_dir"])
+    if not lengths:
+        fail(f"{run['run_dir']} has no {LENGTH_TAG} events (they stay on the machine that ran it)")
+    after = np.array([length for step, length in lengths.items() if step > first])
+    drops = [
+        (step, value) for step, value in zip(run["eval_steps"], run["eval_returns"]) if step > first and value < args.held
+    ]
+    fell = after[after < args.max_episode_steps]
+    return {**row, "first_solved": first, "full": int(len(after) - len(fell)), "fell": len(fell), "drops": drops}
+
+
+def stability_table(args: Args) -> str:
+    if not args.held <= args.solved:
+        fail(f"--held ({args.held:g}) must be at most --solved ({args.solved:g})")
+    if args.max_episode_steps < 1:
+        fail("--max-episode-steps must be >= 1")
+    if not os.path.isdir(args.runs_dir):
+        fail(f"{args.runs_dir} is not a directory")
+    runs = [run for run in load_runs(args.runs_dir) if run["env"] == args.env_id]
+    if not runs:
+        fail(f"no finished run (summary.json) of {args.env_id} under {args.runs_dir}")
+    rows = [run_stability(run, args) for run in sorted(runs, key=lambda run: (run["script"], run["seed"]))]
+    lines = [
+        f"{args.env_id}: after each run's first evaluation >= {args.solved:g}, the training episodes that reached the time"
+        f" limit ({args.max_episode_steps} steps) or fell, and the evaluations below {args.held:g}.",
+        "",
+        "| script | seed | first solved at | training episodes after: full / fell | evaluations below after | final |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if row["first_solved"] is None:
+            lines.append(f"| {row['script']} | {row['seed']} | never | | | {row['final']:.0f} |")
+            continue
+        drops = ", ".join(f"{value:.0f} at {step}" for step, value in row["drops"]) or "none"
+        lines.append(
+            f"| {row['script']} | {row['seed']} | {row['first_solved']} | {row['full']} / {row['fell']} | {drops} | "
+            f"{row['final']:.0f} |"
+        )
+    lines += ["", "| script | runs | solved | training episodes after the first solve: fell / all | runs with a drop |"]
+    lines += ["|---|---|---|---|---|"]
+    for script in sorted({row["script"] for row in rows}):
+        mine = [row for row in rows if row["script"] == script]
+        solved = [row for row in mine if row["first_solved"] is not None]
+        fell, total = sum(row["fell"] for row in solved), sum(row["fell"] + row["full"] for row in solved)
+        lines.append(
+            f"| {script} | {len(mine)} | {len(solved)} | {fell} / {total} | {sum(bool(row['drops']) for row in solved)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    table = stability_table(args)
+    print(table, end="")
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(table)
