@@ -47,8 +47,13 @@ def processes_in(folder: Path) -> list[int]:
 def start_grid_until_its_job_runs(cwd: Path, total_timesteps: int, *options: str) -> subprocess.Popen:
     """run_grid.py started, returned once its job's progress bar is drawn (the run's loop, which a SIGINT stops with a
     checkpoint, has begun)."""
-    grid = subprocess.Popen(
-        grid_command(total_timesteps, *options), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    grid = subprocess.Popen(  # SIGHUP at its default even when the suite runs under nohup (run_grid keeps it ignored)
+        grid_command(total_timesteps, *options),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
     stderr, deadline = job_dir(cwd) / "stderr.txt", time.time() + 300
     while not (stderr.is_file() and "%|" in stderr.read_text()):
