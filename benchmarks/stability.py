@@ -12,7 +12,6 @@ Usage:
         --out benchmarks/mujoco_cpu/stability.md
 """
 
-import glob
 import os
 import sys
 from dataclasses import dataclass
@@ -23,6 +22,9 @@ import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from aggregate import load_runs  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from run_bookkeeping import logged_scalars  # noqa: E402
 
 LENGTH_TAG = "charts/episodic_length"
 
@@ -49,19 +51,6 @@ def fail(message: str) -> None:
     sys.exit(f"stability.py: error: {message}")
 
 
-def episode_lengths(run_dir: str) -> dict[int, float]:
-    """The training episodes' lengths by the step they ended at, over all of a run's event files (oldest first)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    lengths: dict[int, float] = {}
-    for path in sorted(glob.glob(os.path.join(glob.escape(run_dir), "events.out.tfevents.*")), key=os.path.getmtime):
-        events = EventAccumulator(path, size_guidance={"scalars": 0})
-        events.Reload()
-        if LENGTH_TAG in events.Tags()["scalars"]:
-            lengths.update({event.step: event.value for event in events.Scalars(LENGTH_TAG)})
-    return lengths
-
-
 def run_stability(run: dict, args: Args) -> dict:
     """first_solved (env step, or None), full and fell (training episodes ending after it), drops ([(step, return)])."""
     solved_at = [step for step, value in zip(run["eval_steps"], run["eval_returns"]) if value >= args.solved]
@@ -69,7 +58,7 @@ def run_stability(run: dict, args: Args) -> dict:
     if not solved_at:
         return row
     first = min(solved_at)
-    lengths = episode_lengths(run["run_dir"])
+    lengths = logged_scalars(run["run_dir"], LENGTH_TAG)
     if not lengths:
         fail(f"{run['run_dir']} has no {LENGTH_TAG} events (they stay on the machine that ran it)")
     after = np.array([length for step, length in lengths.items() if step > first])
