@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from aggregate import load_runs  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from run_bookkeeping import fail as fail_with  # noqa: E402
 from run_bookkeeping import logged_scalars  # noqa: E402
 
 LENGTH_TAG = "charts/episodic_length"
@@ -48,7 +49,7 @@ class Args:
 
 
 def fail(message: str) -> None:
-    sys.exit(f"stability.py: error: {message}")
+    fail_with("stability.py", message)
 
 
 def run_stability(run: dict, args: Args) -> dict:
