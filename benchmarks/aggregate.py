@@ -17,6 +17,9 @@ Writes to --out (default RUNS_DIR/aggregate):
                       final_eval_return_ci_hi, final_eval_return_iqm, final_eval_return_iqm_ci_lo, ..., the same for
                       nauc); median wall time
     table.md          the same as a Markdown table, "estimate [lo, hi]"
+    evals.md          every run's evaluation returns: per (env, noise) a table with a row per run (method, seed) and a
+                      column per eval step ("-" where a run has no evaluation at that step); whole numbers where the
+                      table's largest |return| is 100 or more, two decimals otherwise
     final_return.png  one panel per (env, noise): a bar per script at the median final return, the 95% CI as error
     nauc.png          bar and every seed as a dot; the same for nAUC
     curves.png        one panel per (env, noise): median eval return against env steps per script, 25-75% band
@@ -112,7 +115,16 @@ STATISTICS = {"median": "median", "iqm": "IQM", "mean": "mean"}
 """The statistics over the seeds of a group, in the order `statistics` returns them: table.csv name, table.md name"""
 METRICS = {"final_eval_return": "final return", "nauc": "nAUC"}
 NONFINITE = "nonfinite_checkpoint.pt"  # what a run that stopped on a non-finite loss leaves instead of summary.json
-OUTPUTS = ("runs.csv", "table.csv", "table.md", "final_return.png", "nauc.png", "curves.png", "performance_profile.png")
+OUTPUTS = (
+    "runs.csv",
+    "table.csv",
+    "table.md",
+    "evals.md",
+    "final_return.png",
+    "nauc.png",
+    "curves.png",
+    "performance_profile.png",
+)
 TREND = "trend.png"  # written besides OUTPUTS when the runs cover two or more point masses
 MARGINS = ("margins.csv", "margins.md")  # written besides OUTPUTS where an env has baselines and other methods
 POINT_MASS = re.compile(r"PointMass(\d+)-v0")  # the point mass with M bonus locations (PointMass-v0 is M = 3 too)
@@ -463,6 +475,29 @@ def write_markdown(path: str, rows: list[dict], n_boot: int, seed: int) -> None:
         f.write("\n".join(lines) + "\n")
 
 
+def write_evals(path: str, groups: dict) -> None:
+    """evals.md: per (env, noise), every run's evaluation return at every eval step of that env's runs."""
+    lines = []
+    for env, noise in dict.fromkeys((env, noise) for _, env, noise in groups):
+        members = [(script, run) for (script, e, n), runs in groups.items() if (e, n) == (env, noise) for run in runs]
+        steps = sorted({step for _, run in members for step in run["eval_steps"]})
+        largest = max(abs(value) for _, run in members for value in run["eval_returns"])
+        decimals = 0 if largest >= 100 else 2
+        lines += [
+            f"{env}, noise {noise}: evaluation return at each eval step",
+            "",
+            "| method | seed | " + " | ".join(str(step) for step in steps) + " |",
+            "|---|---|" + "---:|" * len(steps),
+        ]
+        for script, run in members:
+            curve = dict(zip(run["eval_steps"], run["eval_returns"]))
+            cells = [f"{curve[step]:.{decimals}f}" if step in curve else "-" for step in steps]
+            lines.append(f"| {method_name(script)} | {run['seed']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
 def panels(groups: dict) -> tuple[list[str], list[str], list[str]]:
     """The envs (panel rows), noise settings (panel columns) and scripts (colours) present, in table order."""
     keys = list(groups)
@@ -754,6 +789,7 @@ def write_outputs(out: str, groups: dict, n_boot: int, seed: int, baselines: lis
     )
     write_csv(os.path.join(out, "table.csv"), rows, list(rows[0]))
     write_markdown(os.path.join(out, "table.md"), rows, n_boot, seed)
+    write_evals(os.path.join(out, "evals.md"), groups)
     plot_bars(os.path.join(out, "final_return.png"), groups, rows, "final_eval_return", "final eval return")
     plot_bars(os.path.join(out, "nauc.png"), groups, rows, "nauc", "nAUC")
     plot_curves(os.path.join(out, "curves.png"), groups)

@@ -629,3 +629,40 @@ def test_margins_are_each_method_against_the_best_baseline_per_env_and_measure()
     assert (found["nauc_best_baseline"], found["nauc_margin"]) == ("td3", -0.5)
     assert aggregate.margins(rows, []) == [found]  # td3 and mage are the default baselines: not named dsdpg*
     assert [m["script"] for m in aggregate.margins(rows, ["td3"])] == ["mage", "dsdpg_x"]
+
+
+def test_evals_md_holds_every_runs_return_at_every_step_of_its_env(tmp_path):
+    """aggregate.write_evals: one table per (env, noise), a row per run in the groups' order, a column per eval step
+    of that env's runs, '-' where a run has no evaluation; whole numbers once a table's returns reach 100."""
+    aggregate = load_benchmark("aggregate")
+
+    def run(script: str, env: str, seed: int, steps: list[int], returns: list[float]) -> dict:
+        return {
+            "script": script,
+            "env": env,
+            "noise": "mult",
+            "seed": seed,
+            "run_dir": f"{script}{seed}",
+            "eval_steps": steps,
+            "eval_returns": returns,
+            "args": {"seed": seed},
+        }
+
+    runs = [
+        run("dsdpg_msmmd_sobolev", "Big-v0", 1, [10, 20], [-150.4, 9359.6]),
+        run("td3_huber_no_dyna", "Big-v0", 2, [10, 20, 30], [99.5, 100.49, 9360.51]),
+        run("td3_huber_no_dyna", "Big-v0", 1, [10, 20, 30], [1.0, 2.0, 3.0]),
+        run("iqn", "Small-v0", 1, [5], [1.234]),
+    ]
+    aggregate.write_evals(tmp_path / "evals.md", aggregate.group_runs(runs))
+    text = (tmp_path / "evals.md").read_text()
+    big, small = text.split("Small-v0, noise mult")
+    assert big.startswith("Big-v0, noise mult: evaluation return at each eval step")
+    rows = [line for line in big.splitlines() if line.startswith("| ")]
+    assert rows == [
+        "| method | seed | 10 | 20 | 30 |",
+        "| TD3 | 1 | 1 | 2 | 3 |",
+        "| TD3 | 2 | 100 | 100 | 9361 |",
+        "| DSDPG-MSMMD | 1 | -150 | 9360 | - |",
+    ]
+    assert "| IQN | 1 | 1.23 |" in small
