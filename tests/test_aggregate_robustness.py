@@ -56,7 +56,7 @@ def test_bad_summary_is_left_out_with_one_warning(tmp_path):
     runs = read_csv(tmp_path / "out" / "runs.csv")
     assert sorted(row["seed"] for row in runs) == ["1", "2", "3"]
     assert [row["n_seeds"] for row in read_csv(tmp_path / "out" / "table.csv")] == ["3"]
-    assert result.stdout.startswith("3 runs in 1 groups; wrote runs.csv, table.csv, table.md, final_return.png")
+    assert result.stdout.startswith("3 runs in 1 groups; wrote runs.csv, table.csv, table.md, evals.md, final_return.png")
     for name in aggregate.OUTPUTS:
         assert (tmp_path / "out" / name).stat().st_size > 0
 
