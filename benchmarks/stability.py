@@ -7,6 +7,10 @@ time limit, `--max-episode-steps`) or fallen (ended earlier: on InvertedDoublePe
 evaluations after it that read below `--held`. Training episodes run the behaviour policy (the actor plus exploration
 noise), one per 1 000 steps while it balances: they say whether the policy keeps the task between evaluations.
 
+Beside them, how the critic's values move while the policy first holds the task: the mean of `losses/qf1_values` (the
+critic's mean prediction on the replay batches, logged every 100 steps) over the 1 000 steps centred on the first
+solve and on the first solve + `--window`, with the training episodes that end in that window (full / fell).
+
 Usage:
     python benchmarks/stability.py benchmarks/mujoco_cpu/grid --env-id InvertedDoublePendulum-v4 \
         --out benchmarks/mujoco_cpu/stability.md
@@ -24,10 +28,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from aggregate import load_runs  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from run_bookkeeping import VALUE_TAG, logged_scalars  # noqa: E402
 from run_bookkeeping import fail as fail_with  # noqa: E402
-from run_bookkeeping import logged_scalars  # noqa: E402
 
 LENGTH_TAG = "charts/episodic_length"
+VALUE_SPAN = 1000
+"""env steps around a step over which the logged critic values are averaged"""
 
 
 @dataclass
@@ -44,6 +50,8 @@ class Args:
     """an evaluation after the first solve that reads below this counts as a drop"""
     max_episode_steps: int = 1000
     """the env's time limit: a training episode this long did not fall"""
+    window: int = 5000
+    """env steps after the first solve over which the critic's mean value is followed"""
     out: str | None = None
     """markdown file to write (default: print only)"""
 
@@ -52,8 +60,16 @@ def fail(message: str) -> None:
     fail_with("stability.py", message)
 
 
+def mean_near(values: dict[int, float], step: int) -> float | None:
+    """The mean of the logged values within VALUE_SPAN / 2 of `step` (None if none was logged there)."""
+    near = [value for at, value in values.items() if abs(at - step) < VALUE_SPAN / 2]
+    return float(np.mean(near)) if near else None
+
+
 def run_stability(run: dict, args: Args) -> dict:
-    """first_solved (env step, or None), full and fell (training episodes ending after it), drops ([(step, return)])."""
+    """first_solved (env step, or None), full and fell (training episodes ending after it), drops ([(step, return)]),
+    q_solved and q_later (the critic's mean value at the first solve and `args.window` steps later, or None), full_window
+    and fell_window (the training episodes ending in that window)."""
     solved_at = [step for step, value in zip(run["eval_steps"], run["eval_returns"]) if value >= args.solved]
     row = {"script": run["script"], "seed": run["seed"], "final": run["final_eval_return"], "first_solved": None}
     if not solved_at:
@@ -67,7 +83,19 @@ def run_stability(run: dict, args: Args) -> dict:
         (step, value) for step, value in zip(run["eval_steps"], run["eval_returns"]) if step > first and value < args.held
     ]
     fell = after[after < args.max_episode_steps]
-    return {**row, "first_solved": first, "full": int(len(after) - len(fell)), "fell": len(fell), "drops": drops}
+    values = logged_scalars(run["run_dir"], VALUE_TAG)
+    window = np.array([length for step, length in lengths.items() if first < step <= first + args.window])
+    return {
+        **row,
+        "first_solved": first,
+        "full": int(len(after) - len(fell)),
+        "fell": len(fell),
+        "drops": drops,
+        "q_solved": mean_near(values, first),
+        "q_later": mean_near(values, first + args.window),
+        "full_window": int(np.sum(window >= args.max_episode_steps)),
+        "fell_window": int(np.sum(window < args.max_episode_steps)),
+    }
 
 
 def stability_table(args: Args) -> str:
@@ -75,6 +103,8 @@ def stability_table(args: Args) -> str:
         fail(f"--held ({args.held:g}) must be at most --solved ({args.solved:g})")
     if args.max_episode_steps < 1:
         fail("--max-episode-steps must be >= 1")
+    if args.window < VALUE_SPAN:
+        fail(f"--window must be >= {VALUE_SPAN}")
     if not os.path.isdir(args.runs_dir):
         fail(f"{args.runs_dir} is not a directory")
     runs = [run for run in load_runs(args.runs_dir) if run["env"] == args.env_id]
@@ -83,19 +113,27 @@ def stability_table(args: Args) -> str:
     rows = [run_stability(run, args) for run in sorted(runs, key=lambda run: (run["script"], run["seed"]))]
     lines = [
         f"{args.env_id}: after each run's first evaluation >= {args.solved:g}, the training episodes that reached the time"
-        f" limit ({args.max_episode_steps} steps) or fell, and the evaluations below {args.held:g}.",
+        f" limit ({args.max_episode_steps} steps) or fell, and the evaluations below {args.held:g}; the critic's mean"
+        f" value ({VALUE_TAG}, over {VALUE_SPAN} steps) at the first solve and {args.window} steps later, and the"
+        " training episodes in between.",
         "",
-        "| script | seed | first solved at | training episodes after: full / fell | evaluations below after | final |",
-        "|---|---|---|---|---|---|",
+        "| script | seed | first solved at | training episodes after: full / fell | evaluations below after | final | "
+        f"mean value at the first solve -> {args.window} steps later | training episodes in between: full / fell |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+
+    def mean_cell(mean: float | None) -> str:
+        return "-" if mean is None else f"{mean:.0f}"
+
     for row in rows:
         if row["first_solved"] is None:
-            lines.append(f"| {row['script']} | {row['seed']} | never | | | {row['final']:.0f} |")
+            lines.append(f"| {row['script']} | {row['seed']} | never | | | {row['final']:.0f} | | |")
             continue
         drops = ", ".join(f"{value:.0f} at {step}" for step, value in row["drops"]) or "none"
         lines.append(
             f"| {row['script']} | {row['seed']} | {row['first_solved']} | {row['full']} / {row['fell']} | {drops} | "
-            f"{row['final']:.0f} |"
+            f"{row['final']:.0f} | {mean_cell(row['q_solved'])} -> {mean_cell(row['q_later'])} | "
+            f"{row['full_window']} / {row['fell_window']} |"
         )
     lines += ["", "| script | runs | solved | training episodes after the first solve: fell / all | runs with a drop |"]
     lines += ["|---|---|---|---|---|"]

@@ -569,10 +569,11 @@ def test_mujoco_cpu_lanes_each_run_every_group_their_own_first(tmp_path):
     assert per_task == {"Inv": 8 * 5, "Hal": 6 * 3, "Wal": 3 * 2}  # 64 runs
 
 
-def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path):
+def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path, monkeypatch):
     """stability.py: per run, the first evaluation >= --solved, the training episodes ending after it that reached the
     time limit or fell (over a resumed run's event files, the later file winning a step), the evaluations below
-    --held after it; a run that never solved; the per-script totals; other env ids left out; bad flags refused."""
+    --held after it; the critic's mean value near the first solve and --window later, the episodes in that window; a
+    run that never solved; the per-script totals; other env ids left out; bad flags refused."""
     from torch.utils.tensorboard import SummaryWriter
 
     stability = load_benchmark("stability")
@@ -586,15 +587,23 @@ def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path):
             for step, length in part:
                 writer.add_scalar("charts/episodic_length", length, step)
         time.sleep(0.05)
-    table = stability.stability_table(stability.Args(str(tmp_path / "grid"), env_id="E", solved=9350, held=9000))
-    assert "| td3_huber | 1 | 200 | 3 / 1 | 8000 at 300 | 9360 |" in table  # 220, 250 (later file), 390 full; 330 fell
-    assert "| td3_huber | 2 | never | | | 40 |" in table
+    with SummaryWriter(str(solved_run)) as writer:  # values near 200: 195, 205; near 300: 295, 305 (span 20)
+        for step, value in ((190, 50.0), (195, 4.0), (205, 6.0), (230, 100.0), (295, 7.0), (305, 9.0), (310, 50.0)):
+            writer.add_scalar("losses/qf1_values", value, step)
+    monkeypatch.setattr(stability, "VALUE_SPAN", 20)
+    table = stability.stability_table(stability.Args(str(tmp_path / "grid"), env_id="E", solved=9350, held=9000, window=100))
+    # after 200: 220, 250 (later file), 390 full; 330 fell; in (200, 300]: 220 and 250 full
+    assert "| td3_huber | 1 | 200 | 3 / 1 | 8000 at 300 | 9360 | 5 -> 8 | 2 / 0 |" in table
+    assert "| td3_huber | 2 | never | | | 40 | | |" in table
+    table = stability.stability_table(stability.Args(str(tmp_path / "grid"), env_id="E", window=200))
+    assert "| td3_huber | 1 | 200 | 3 / 1 | 8000 at 300 | 9360 | 5 -> - | 3 / 1 |" in table  # nothing near 400
     assert "| td3_huber | 2 | 1 | 1 / 4 | 1 |" in table and "Other" not in table
     table = stability.stability_table(stability.Args(str(tmp_path / "grid"), env_id="E", solved=9350, held=7000))
     assert "| td3_huber | 1 | 200 | 3 / 1 | none | 9360 |" in table and "| td3_huber | 2 | 1 | 1 / 4 | 0 |" in table
     for flags, message in (
         ({"held": 9500}, "--held (9500) must be at most --solved (9350)"),
         ({"env_id": "F"}, f"no finished run (summary.json) of F under {tmp_path / 'grid'}"),
+        ({"window": 19}, "--window must be >= 20"),
     ):
         with pytest.raises(SystemExit) as refused:
             stability.stability_table(stability.Args(str(tmp_path / "grid"), **{"env_id": "E", **flags}))
