@@ -581,7 +581,10 @@ def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path, mon
     write_summary(solved_run, "td3_huber", "E", 1, [100, 200, 300, 400], [10.0, 9400.0, 8000.0, 9360.0])
     write_summary(never_run, "td3_huber", "E", 2, [100, 200, 300, 400], [10.0, 20.0, 30.0, 40.0])
     write_summary(tmp_path / "grid" / "3", "td3_huber", "Other", 1, [100], [9400.0])  # another env: left out
-    files = ([(150, 20.0), (220, 1000.0), (250, 30.0)], [(250, 1000.0), (330, 40.0), (390, 1000.0)])  # resumed at 250
+    files = (
+        [(150, 20.0), (200, 50.0), (220, 1000.0), (250, 30.0)],
+        [(250, 1000.0), (330, 40.0), (390, 1000.0)],
+    )  # resumed at 250
     for part in files:
         with SummaryWriter(str(solved_run)) as writer:
             for step, length in part:
