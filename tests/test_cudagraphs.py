@@ -309,9 +309,10 @@ def largest_relative_difference(first: dict, second: dict) -> float:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the real capture")
 @pytest.mark.parametrize("script, options", [(script, {}) for script in RL_SCRIPTS] + OTHER_UPDATE_PATHS)
 def test_real_capture_gives_the_eager_numbers_on_a_gpu(tmp_path, monkeypatch, script, options):
-    """On a GPU (skipped here): a --cudagraphs run logs the numbers of the eager run that uses the same (capturable)
-    RAdam, to float rounding; the eager run with the default RAdam differs from both by the optimizer's rounding only,
-    printed (pytest -s) beside the capture's own difference."""
+    """On a GPU (skipped here): a --cudagraphs run logs the numbers of the default eager run, to float rounding. On an
+    H200 (torch 2.11, the two DSDPG paths probed) they were equal or within 1.1e-7, and the eager run with RAdam made
+    capturable differed from both by up to 3.6e-4 (its own rounding, amplified over 200 updates; every run repeats bit
+    for bit), so that difference is printed (pytest -s) beside the capture's, not asserted."""
     module = importlib.import_module(script.removesuffix(".py"))
     default_scalars, default_summary = run_main(module, tmp_path, monkeypatch, "default", cuda=True, **options)
     graph_scalars, graph_summary = run_main(module, tmp_path, monkeypatch, "graphs", cuda=True, cudagraphs=True, **options)
@@ -320,10 +321,8 @@ def test_real_capture_gives_the_eager_numbers_on_a_gpu(tmp_path, monkeypatch, sc
         torch.optim, "RAdam", lambda params, *a, capturable=False, **k: radam(params, *a, capturable=True, **k)
     )
     eager_scalars, eager_summary = run_main(module, tmp_path, monkeypatch, "eager", cuda=True, **options)
-    captured = largest_relative_difference(graph_scalars, eager_scalars)
+    captured = largest_relative_difference(graph_scalars, default_scalars)
     optimizer = largest_relative_difference(default_scalars, eager_scalars)
-    print(
-        f"\n{script} {options}: graphs vs eager (same RAdam) {captured:.2e}; eager default vs capturable RAdam {optimizer:.2e}"
-    )
+    print(f"\n{script} {options}: graphs vs eager {captured:.2e}; eager default vs capturable RAdam {optimizer:.2e}")
     assert captured <= 1e-4, captured
     assert len(graph_summary["eval_returns"]) == len(eager_summary["eval_returns"]) == len(default_summary["eval_returns"])
