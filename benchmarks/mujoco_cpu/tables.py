@@ -1,0 +1,109 @@
+"""The MuJoCo CPU grid's two result tables, made from aggregate.py's `results/table.csv`, so that no number is copied by
+hand: the page's table (a row per task and method: seeds, final return and nAUC, each median [95 % CI]) and the
+README's (a row per method, a column per task and statistic, the seeds in brackets). Both list the methods in
+aggregate.py's order and round to whole numbers with a space between thousands ("9 360").
+
+Usage (after `python benchmarks/aggregate.py benchmarks/mujoco_cpu/grid --out benchmarks/mujoco_cpu/results`):
+    python benchmarks/mujoco_cpu/tables.py            # prints both; paste each over the old one
+"""
+
+import csv
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from aggregate import SCRIPT_ORDER  # noqa: E402
+
+TASKS = {"InvertedDoublePendulum-v4": "IDP", "HalfCheetah-v4": "HalfCheetah", "Walker2d-v4": "Walker2d"}
+"""The grid's tasks in table order, with the README's short names"""
+NAMES = {
+    "td3_huber_no_dyna": "TD3 `--no-dyna` (Huber)",
+    "td3_mse_no_dyna": "TD3-MSE `--no-dyna`",
+    "td3_huber": "TD3 (Dyna)",
+    "mage_huber_sobolev": "MAGE",
+    "iqn": "IQN",
+    "mmd_critic": "MMD critic",
+    "dsdpg_mmd_sobolev": "DSDPG-MMD",
+    "dsdpg_msmmd_sobolev": "DSDPG-MSMMD",
+}
+"""The grid's groups (aggregate.py's script names) as the page names them"""
+README_COLUMNS = {"InvertedDoublePendulum-v4": ("final_eval_return", "nauc")}
+"""The README's statistics per task (IDP, whose solved runs can collapse, also its nAUC); the others: final return"""
+LABELS = {"final_eval_return": "final return", "nauc": "nAUC"}
+
+
+def whole(value: float) -> str:
+    """9359.67 -> '9 360', -560.4 -> '-560': rounded, a space between thousands."""
+    return f"{round(value):,}".replace(",", " ")
+
+
+def markdown_row(cells: list[str]) -> str:
+    return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
+
+
+def estimate(row: dict, metric: str) -> str:
+    """'median [lo, hi]' of a metric's median and its 95 % CI."""
+    median, low, high = (float(row[f"{metric}_{part}"]) for part in ("median", "ci_lo", "ci_hi"))
+    return f"{whole(median)} [{whole(low)}, {whole(high)}]"
+
+
+def read_rows(path: str) -> dict[tuple[str, str], dict]:
+    """(env, script) -> the row of table.csv, for the grid's tasks and groups; refuses a row whose group is unnamed."""
+    with open(path, newline="") as file:
+        rows = list(csv.DictReader(file))
+    table = {}
+    for row in rows:
+        if row["env"] not in TASKS:
+            continue
+        if row["script"] not in NAMES:
+            sys.exit(f"tables.py: error: {path} has a group this tool does not name: {row['script']} on {row['env']}")
+        table[row["env"], row["script"]] = row
+    return table
+
+
+def ordered(scripts) -> list[str]:
+    return sorted(scripts, key=SCRIPT_ORDER.index)
+
+
+def page_table(table: dict[tuple[str, str], dict]) -> str:
+    lines = ["| task | method | seeds | final return, median [95 % CI] | nAUC, median [95 % CI] |", "|---|---|---|---|---|"]
+    for env in TASKS:
+        for index, script in enumerate(ordered(s for e, s in table if e == env)):
+            row = table[env, script]
+            task = env if index == 0 else ""
+            final, area = estimate(row, "final_eval_return"), estimate(row, "nauc")
+            lines.append(markdown_row([task, NAMES[script], row["n_seeds"], final, area]))
+    return "\n".join(lines)
+
+
+def readme_table(table: dict[tuple[str, str], dict]) -> str:
+    envs = [env for env in TASKS if any(e == env for e, _ in table)]
+    columns = [
+        (env, metric, f"{TASKS[env]} {LABELS[metric]}")
+        for env in envs
+        for metric in README_COLUMNS.get(env, ("final_eval_return",))
+    ]
+    lines = [
+        "| so far (median [95 % CI], seeds) | " + " | ".join(label for _, _, label in columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    for script in ordered({s for _, s in table}):
+        cells = []
+        for env, metric, _ in columns:
+            row = table.get((env, script))
+            cells.append(f"{estimate(row, metric)} ({row['n_seeds']})" if row else "")
+        lines.append(markdown_row([NAMES[script], *cells]))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    table = read_rows(os.path.join(HERE, "results", "table.csv"))
+    print("The page's table (benchmarks/mujoco_cpu/README.md):\n")
+    print(page_table(table))
+    print("\nThe README's table:\n")
+    print(readme_table(table))
+
+
+if __name__ == "__main__":
+    main()
