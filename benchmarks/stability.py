@@ -11,11 +11,17 @@ Beside them, how the critic's values move while the policy first holds the task:
 critic's mean prediction on the replay batches, logged every 100 steps) over the 1 000 steps centred on the first
 solve and on the first solve + `--window`, with the training episodes that end in that window (full / fell).
 
+The events stay on the machine that ran a run. `--save` writes what was read from them (the episode counts and the
+values, with the settings they were counted at) into the run's summary.json as `stability`, which later tables use in
+place of the events at the same settings; the grid's runs whose events were gone by then had theirs moved there once
+from the page's table (`source` says so; its values rounded to whole numbers, as printed).
+
 Usage:
     python benchmarks/stability.py benchmarks/mujoco_cpu/grid --env-id InvertedDoublePendulum-v4 \
-        --out benchmarks/mujoco_cpu/stability.md
+        --out benchmarks/mujoco_cpu/stability.md --save
 """
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -54,6 +60,13 @@ class Args:
     """env steps after the first solve over which the critic's mean value is followed"""
     out: str | None = None
     """markdown file to write (default: print only)"""
+    save: bool = False
+    """write each solved run's numbers read from its events into its summary.json (`stability`, with the settings they
+    were counted at), so that the table can be made again once the events are gone"""
+
+
+EVENT_FIELDS = ("full", "fell", "q_solved", "q_later", "full_window", "fell_window")
+"""what run_stability reads from a run's events (the rest comes from its summary)"""
 
 
 def fail(message: str) -> None:
@@ -75,27 +88,41 @@ def run_stability(run: dict, args: Args) -> dict:
     if not solved_at:
         return row
     first = min(solved_at)
-    lengths = logged_scalars(run["run_dir"], LENGTH_TAG)
-    if not lengths:
-        fail(f"{run['run_dir']} has no {LENGTH_TAG} events (they stay on the machine that ran it)")
-    after = np.array([length for step, length in lengths.items() if step > first])
     drops = [
         (step, value) for step, value in zip(run["eval_steps"], run["eval_returns"]) if step > first and value < args.held
     ]
+    row.update(first_solved=first, drops=drops)
+    path = os.path.join(run["run_dir"], "summary.json")
+    with open(path) as f:
+        summary = json.load(f)
+    settings = {"solved": args.solved, "max_episode_steps": args.max_episode_steps, "window": args.window}
+    saved = summary.get("stability")
+    if saved is not None and all(saved[name] == value for name, value in settings.items()):
+        return {**row, **{name: saved[name] for name in EVENT_FIELDS}}
+    lengths = logged_scalars(run["run_dir"], LENGTH_TAG)
+    if not lengths:
+        fail(
+            f"{run['run_dir']} has no {LENGTH_TAG} events (they stay on the machine that ran it) and its summary.json no"
+            " `stability` at these settings"
+        )
+    after = np.array([length for step, length in lengths.items() if step > first])
     fell = after[after < args.max_episode_steps]
     values = logged_scalars(run["run_dir"], VALUE_TAG)
     window = np.array([length for step, length in lengths.items() if first < step <= first + args.window])
-    return {
-        **row,
-        "first_solved": first,
+    counted = {
         "full": int(len(after) - len(fell)),
         "fell": len(fell),
-        "drops": drops,
         "q_solved": mean_near(values, first),
         "q_later": mean_near(values, first + args.window),
         "full_window": int(np.sum(window >= args.max_episode_steps)),
         "fell_window": int(np.sum(window < args.max_episode_steps)),
     }
+    if args.save and saved is None:  # numbers saved earlier are never replaced
+        summary["stability"] = {**settings, **counted, "source": "the run's TensorBoard events, saved by stability.py"}
+        with open(path + ".tmp", "w") as f:
+            json.dump(summary, f, indent=2)
+        os.replace(path + ".tmp", path)
+    return {**row, **counted}
 
 
 def stability_table(args: Args) -> str:

@@ -611,6 +611,22 @@ def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path, mon
         with pytest.raises(SystemExit) as refused:
             stability.stability_table(stability.Args(str(tmp_path / "grid"), **{"env_id": "E", **flags}))
         assert refused.value.code == f"stability.py: error: {message}"
+    # --save keeps the events' numbers in the summary: the same table once the events are gone, at the same settings
+    saved_args = stability.Args(str(tmp_path / "grid"), env_id="E", solved=9350, held=9000, window=100, save=True)
+    before = stability.stability_table(saved_args)
+    assert json.loads((solved_run / "summary.json").read_text())["stability"]["fell"] == 1
+    assert "stability" not in json.loads((never_run / "summary.json").read_text())  # nothing read from its events
+    for events in solved_run.glob("events.out.tfevents.*"):
+        events.unlink()
+    assert stability.stability_table(replace(saved_args, save=False, held=7000)) == before.replace(
+        "8000 at 300", "none"
+    ).replace("evaluations below 9000", "evaluations below 7000").replace("| 1 / 4 | 1 |", "| 1 / 4 | 0 |")
+    with pytest.raises(SystemExit) as refused:
+        stability.stability_table(replace(saved_args, window=200))
+    assert refused.value.code == (
+        f"stability.py: error: {solved_run} has no charts/episodic_length events (they stay on the machine that ran it)"
+        " and its summary.json no `stability` at these settings"
+    )
 
 
 def test_margins_are_each_method_against_the_best_baseline_per_env_and_measure():
