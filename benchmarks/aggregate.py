@@ -284,6 +284,13 @@ def read_run(path: str, run_dir: str, split_by: list[str] = (), until_step: int 
     }
 
 
+def rewrite_summary(path: str, summary: dict) -> None:
+    """Write a run's summary.json back atomically (a tool adding what it read from the run's events)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(summary, f, indent=2)
+    os.replace(path + ".tmp", path)
+
+
 def load_runs(
     runs_dir: str | list[str], split_by: list[str] = (), strict: bool = False, until_step: int | None = None
 ) -> list[dict]:

@@ -31,7 +31,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from aggregate import load_runs  # noqa: E402
+from aggregate import load_runs, rewrite_summary  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from run_bookkeeping import VALUE_TAG, logged_scalars  # noqa: E402
@@ -119,9 +119,7 @@ def run_stability(run: dict, args: Args) -> dict:
     }
     if args.save and saved is None:  # numbers saved earlier are never replaced
         summary["stability"] = {**settings, **counted, "source": "the run's TensorBoard events, saved by stability.py"}
-        with open(path + ".tmp", "w") as f:
-            json.dump(summary, f, indent=2)
-        os.replace(path + ".tmp", path)
+        rewrite_summary(path, summary)
     return {**row, **counted}
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from aggregate import load_runs  # noqa: E402
+from aggregate import load_runs, rewrite_summary  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from run_bookkeeping import VALUE_TAG, critic_values  # noqa: E402
@@ -59,9 +59,7 @@ def run_values(run: dict, window: int, save: bool = False) -> dict | None:
     if save and values is not None and saved is None:  # values the run saved itself are never replaced
         source = "the run's TensorBoard events, saved by value_check.py --save-values (the run predates the field)"
         summary["critic_values"] = {**values, "source": source}
-        with open(path + ".tmp", "w") as f:
-            json.dump(summary, f, indent=2)
-        os.replace(path + ".tmp", path)
+        rewrite_summary(path, summary)
     return values
 
 
