@@ -629,6 +629,68 @@ def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path, mon
     )
 
 
+def test_logged_diagnostics_reduce_each_tag_per_evaluation_interval(tmp_path):
+    """logged_diagnostics.py: each tag a run logged, per evaluation interval (previous evaluation, this one], reduced to
+    count, min, median, max (over a resumed run's files, the later one winning a step; values after the last evaluation
+    and empty intervals left out); the table's range and first -> last interval medians from --after; a run that
+    logged none of the tags; a run without events left out; --save keeps the numbers once the events are gone."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    diagnostics = load_benchmark("logged_diagnostics")
+    grid = tmp_path / "grid"
+    dsdpg, td3, gone = grid / "1", grid / "2", grid / "3"
+    write_summary(dsdpg, "dsdpg_x", "E", 1, [100, 200, 300, 400], [1.0, 2.0, 3.0, 4.0])
+    write_summary(td3, "td3_x", "E", 1, [100, 200], [1.0, 2.0])
+    write_summary(gone, "dsdpg_x", "E", 2, [100, 200], [1.0, 2.0])
+    kappa = "charts/contraction_gamma_kappa"
+    for part in ([(50, 9.0), (150, 1.0), (180, 3.0), (190, 2.0)], [(190, 8.0), (350, 4.0), (450, 99.0)]):  # resumed at 190
+        with SummaryWriter(str(dsdpg)) as writer:
+            for step, value in part:
+                writer.add_scalar(kappa, value, step)
+                writer.add_scalar("losses/qf1_values", 0.0, step)  # not a diagnostic
+        time.sleep(0.05)
+    with SummaryWriter(str(td3)) as writer:
+        writer.add_scalar("losses/qf1_values", 5.0, 150)
+    reduced = diagnostics.per_interval({50: 9.0, 150: 1.0, 180: 3.0, 190: 8.0, 350: 4.0, 450: 99.0}, [100, 200, 300, 400])
+    assert reduced == {
+        "steps": [100, 200, 400],
+        "count": [1, 3, 1],
+        "min": [9.0, 1.0, 4.0],
+        "median": [9.0, 3.0, 4.0],
+        "max": [9.0, 8.0, 4.0],
+    }
+    assert diagnostics.per_interval({450: 1.0}, [100, 200]) is None
+    table = diagnostics.diagnostics_table(diagnostics.Args(str(grid)))
+    assert "| E | dsdpg_x | 1 | 1-9 (9 -> 4) |  |  |  |  |" in table  # the later file's 8 at 190, not 2
+    assert "| E | td3_x | 1 |  |  |  |  |  |" in table and "| E | dsdpg_x | 1 | 1-9 |" in table  # 1 run, not 2
+    assert "Left out, neither events nor `logged` in summary.json: 1 run(s)\n- `3`" in table
+    assert "| E | dsdpg_x | 1 | 1-8 (3 -> 4) |" in diagnostics.diagnostics_table(diagnostics.Args(str(grid), after=100))
+    assert "| E | dsdpg_x | 1 | 4-4 (4 -> 4) |" in diagnostics.diagnostics_table(diagnostics.Args(str(grid), after=300))
+    assert "| E | dsdpg_x | 1 |  |" in diagnostics.diagnostics_table(diagnostics.Args(str(grid), after=301))  # none
+    saved = diagnostics.Args(str(grid), after=100, save=True)
+    before = diagnostics.diagnostics_table(saved)
+    assert json.loads((dsdpg / "summary.json").read_text())["logged"]["tags"] == {kappa: reduced}
+    assert json.loads((td3 / "summary.json").read_text())["logged"]["tags"] == {}  # read, and none logged
+    assert "logged" not in json.loads((gone / "summary.json").read_text())
+    for events in grid.glob("*/events.out.tfevents.*"):
+        events.unlink()
+    assert diagnostics.diagnostics_table(replace(saved, save=False)) == before
+    for flags, message in (
+        ({"after": -1}, "--after must be >= 0"),
+        ({"env_id": "F"}, f"no finished run (summary.json) of F under {grid}"),
+    ):
+        with pytest.raises(SystemExit) as refused:
+            diagnostics.diagnostics_table(diagnostics.Args(str(grid), **flags))
+        assert refused.value.code == f"logged_diagnostics.py: error: {message}"
+    (dsdpg / "summary.json").unlink(), (td3 / "summary.json").unlink()
+    with pytest.raises(SystemExit) as refused:
+        diagnostics.diagnostics_table(diagnostics.Args(str(grid)))
+    assert refused.value.code == (
+        f"logged_diagnostics.py: error: no run under {grid} has its events or `logged` in its summary.json (events stay on"
+        " the machine that ran it)"
+    )
+
+
 def test_margins_are_each_method_against_the_best_baseline_per_env_and_measure():
     """aggregate.margins: per env, a non-baseline method's mean minus the best baseline's mean, the best taken per
     measure (here MAGE by final return, TD3 by nAUC); envs without a baseline give no row; by default the baselines
