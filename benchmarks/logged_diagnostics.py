@@ -137,7 +137,7 @@ def diagnostics_table(args: Args) -> str:
     header = " | ".join(TAGS.values())
     lines = [
         f"Per run, over the evaluation intervals from env step {args.after}: each tag's smallest-largest logged value"
-        " (interval median in the first -> the last interval); '' where the run logged none there.",
+        " (its interval median in the first -> the last interval); a blank cell where the run logged none there.",
         "",
         f"| env | script | seed | {header} |",
         "|---|---|---|" + "---|" * len(TAGS),
