@@ -111,7 +111,8 @@ def since(reduced: dict, after: int, eval_steps: list[int]) -> dict:
 
 
 def number(value: float) -> str:
-    return f"{value:.3g}"
+    """Three significant digits, and whole numbers from 1 000 on (1324, not 1.32e+03)."""
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"
 
 
 def diagnostics_table(args: Args) -> str:
@@ -136,8 +137,8 @@ def diagnostics_table(args: Args) -> str:
         )
     header = " | ".join(TAGS.values())
     lines = [
-        f"Per run, over the evaluation intervals from env step {args.after}: each tag's smallest-largest logged value"
-        " (its interval median in the first -> the last interval); a blank cell where the run logged none there.",
+        f"Per run, over the evaluation intervals that start at or after env step {args.after}: each tag's smallest-largest"
+        " logged value (its interval median in the first -> the last interval); a blank cell where the run logged none.",
         "",
         f"| env | script | seed | {header} |",
         "|---|---|---|" + "---|" * len(TAGS),

@@ -631,19 +631,23 @@ def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path, mon
 
 def test_logged_diagnostics_reduce_each_tag_per_evaluation_interval(tmp_path):
     """logged_diagnostics.py: each tag a run logged, per evaluation interval (previous evaluation, this one], reduced to
-    count, min, median, max (over a resumed run's files, the later one winning a step; values after the last evaluation
-    and empty intervals left out); the table's range and first -> last interval medians from --after; a run that
-    logged none of the tags; a run without events left out; --save keeps the numbers once the events are gone."""
+    count, min, median, max (over a resumed run's files, the later one winning a step; a value logged at an evaluation
+    step in the interval it ends; values after the last evaluation and empty intervals left out); the table's range and
+    first -> last interval medians from --after; the range over a script's runs; a run that logged none of the tags; a
+    run without events left out; --save keeps the numbers, which then come before the events and stand in once the
+    events are gone."""
     from torch.utils.tensorboard import SummaryWriter
 
     diagnostics = load_benchmark("logged_diagnostics")
     grid = tmp_path / "grid"
-    dsdpg, td3, gone = grid / "1", grid / "2", grid / "3"
+    dsdpg, td3, gone, other = grid / "1", grid / "2", grid / "3", grid / "4"
     write_summary(dsdpg, "dsdpg_x", "E", 1, [100, 200, 300, 400], [1.0, 2.0, 3.0, 4.0])
     write_summary(td3, "td3_x", "E", 1, [100, 200], [1.0, 2.0])
     write_summary(gone, "dsdpg_x", "E", 2, [100, 200], [1.0, 2.0])
+    write_summary(other, "dsdpg_x", "E", 3, [100, 200], [1.0, 2.0])
     kappa = "charts/contraction_gamma_kappa"
-    for part in ([(50, 9.0), (150, 1.0), (180, 3.0), (190, 2.0)], [(190, 8.0), (350, 4.0), (450, 99.0)]):  # resumed at 190
+    first_file = [(50, 9.0), (100, 0.5), (150, 1.0), (180, 3.0), (190, 2.0), (200, 5.0)]
+    for part in (first_file, [(190, 8.0), (350, 4.0), (450, 99.0)]):  # resumed at 190
         with SummaryWriter(str(dsdpg)) as writer:
             for step, value in part:
                 writer.add_scalar(kappa, value, step)
@@ -651,30 +655,42 @@ def test_logged_diagnostics_reduce_each_tag_per_evaluation_interval(tmp_path):
         time.sleep(0.05)
     with SummaryWriter(str(td3)) as writer:
         writer.add_scalar("losses/qf1_values", 5.0, 150)
-    reduced = diagnostics.per_interval({50: 9.0, 150: 1.0, 180: 3.0, 190: 8.0, 350: 4.0, 450: 99.0}, [100, 200, 300, 400])
+    with SummaryWriter(str(other)) as writer:
+        writer.add_scalar(kappa, 0.25, 150)
+    values = {50: 9.0, 100: 0.5, 150: 1.0, 180: 3.0, 190: 8.0, 200: 5.0, 350: 4.0, 450: 99.0}
+    reduced = diagnostics.per_interval(values, [100, 200, 300, 400])
     assert reduced == {
         "steps": [100, 200, 400],
-        "count": [1, 3, 1],
-        "min": [9.0, 1.0, 4.0],
-        "median": [9.0, 3.0, 4.0],
+        "count": [2, 4, 1],
+        "min": [0.5, 1.0, 4.0],
+        "median": [4.75, 4.0, 4.0],
         "max": [9.0, 8.0, 4.0],
     }
     assert diagnostics.per_interval({450: 1.0}, [100, 200]) is None
     table = diagnostics.diagnostics_table(diagnostics.Args(str(grid)))
-    assert "| E | dsdpg_x | 1 | 1-9 (9 -> 4) |  |  |  |  |" in table  # the later file's 8 at 190, not 2
-    assert "| E | td3_x | 1 |  |  |  |  |  |" in table and "| E | dsdpg_x | 1 | 1-9 |" in table  # 1 run, not 2
+    assert "| E | dsdpg_x | 1 | 0.5-9 (4.75 -> 4) |  |  |  |  |" in table
+    assert "| E | td3_x | 1 |  |  |  |  |  |" in table
+    assert "| E | dsdpg_x | 2 | 0.25-9 |" in table  # seeds 1 and 3; seed 2 has no events
     assert "Left out, neither events nor `logged` in summary.json: 1 run(s)\n- `3`" in table
-    assert "| E | dsdpg_x | 1 | 1-8 (3 -> 4) |" in diagnostics.diagnostics_table(diagnostics.Args(str(grid), after=100))
+    after_100 = diagnostics.diagnostics_table(diagnostics.Args(str(grid), after=100))
+    assert "| E | dsdpg_x | 1 | 1-8 (4 -> 4) |" in after_100  # the later file's 8 at 190, not 2
     assert "| E | dsdpg_x | 1 | 4-4 (4 -> 4) |" in diagnostics.diagnostics_table(diagnostics.Args(str(grid), after=300))
     assert "| E | dsdpg_x | 1 |  |" in diagnostics.diagnostics_table(diagnostics.Args(str(grid), after=301))  # none
     saved = diagnostics.Args(str(grid), after=100, save=True)
-    before = diagnostics.diagnostics_table(saved)
-    assert json.loads((dsdpg / "summary.json").read_text())["logged"]["tags"] == {kappa: reduced}
+    assert diagnostics.diagnostics_table(saved) == after_100
+    summary = json.loads((dsdpg / "summary.json").read_text())
+    assert summary["logged"]["tags"] == {kappa: reduced}
     assert json.loads((td3 / "summary.json").read_text())["logged"]["tags"] == {}  # read, and none logged
     assert "logged" not in json.loads((gone / "summary.json").read_text())
+    summary["logged"]["tags"][kappa]["max"][-1] = 6.0  # saved numbers come before the events
+    (dsdpg / "summary.json").write_text(json.dumps(summary))
+    assert "| E | dsdpg_x | 1 | 4-6 (4 -> 4) |" in diagnostics.diagnostics_table(diagnostics.Args(str(grid), after=300))
+    summary["logged"]["tags"][kappa]["max"][-1] = 4.0
+    (dsdpg / "summary.json").write_text(json.dumps(summary))
     for events in grid.glob("*/events.out.tfevents.*"):
         events.unlink()
-    assert diagnostics.diagnostics_table(replace(saved, save=False)) == before
+    assert diagnostics.diagnostics_table(replace(saved, save=False)) == after_100
+    assert diagnostics.number(1324.4) == "1324" and diagnostics.number(0.012345) == "0.0123"
     for flags, message in (
         ({"after": -1}, "--after must be >= 0"),
         ({"env_id": "F"}, f"no finished run (summary.json) of F under {grid}"),
@@ -682,7 +698,8 @@ def test_logged_diagnostics_reduce_each_tag_per_evaluation_interval(tmp_path):
         with pytest.raises(SystemExit) as refused:
             diagnostics.diagnostics_table(diagnostics.Args(str(grid), **flags))
         assert refused.value.code == f"logged_diagnostics.py: error: {message}"
-    (dsdpg / "summary.json").unlink(), (td3 / "summary.json").unlink()
+    for run in (dsdpg, td3, other):
+        (run / "summary.json").unlink()
     with pytest.raises(SystemExit) as refused:
         diagnostics.diagnostics_table(diagnostics.Args(str(grid)))
     assert refused.value.code == (
