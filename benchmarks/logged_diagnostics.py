@@ -10,7 +10,9 @@ does: the contraction factor every Dyna method (per batch, its median and its ma
 Sobolev critics (MAGE, DSDPG), the slice gain DSDPG-MSMMD.
 
 The events stay on the machine that ran a run. `--save` writes the per-interval numbers read from them into the run's
-summary.json as `logged`, which later tables use in place of the events, so that the table can be made again anywhere.
+summary.json as `logged`, with the first env step the events hold (`first_logged_step`: a resumed run whose earlier
+events stayed on another machine starts late), which later tables use in place of the events, so that the table can be
+made again anywhere.
 
 Usage:
     python benchmarks/logged_diagnostics.py benchmarks/mujoco_cpu/grid --env-id HalfCheetah-v4 --save
@@ -91,13 +93,16 @@ def run_logged(run: dict, save: bool = False) -> dict | None:
         return summary["logged"]["tags"]
     if not glob.glob(os.path.join(glob.escape(run["run_dir"]), "events.out.tfevents.*")):
         return None
-    tags = {}
+    tags, first_steps = {}, []
     for tag in TAGS:
-        reduced = per_interval(logged_scalars(run["run_dir"], tag), run["eval_steps"])
+        values = logged_scalars(run["run_dir"], tag)
+        first_steps += [min(values)] if values else []
+        reduced = per_interval(values, run["eval_steps"])
         if reduced is not None:
             tags[tag] = reduced
-    if save:  # a run that logged none of TAGS saves that too
-        summary["logged"] = {"tags": tags, "source": "the run's TensorBoard events, saved by logged_diagnostics.py"}
+    if save:  # a run that logged none of TAGS saves that too; a resumed run's events may start late (first_logged_step)
+        source = "the run's TensorBoard events, saved by logged_diagnostics.py"
+        summary["logged"] = {"tags": tags, "first_logged_step": min(first_steps, default=None), "source": source}
         rewrite_summary(path, summary)
     return tags
 

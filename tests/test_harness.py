@@ -679,7 +679,7 @@ def test_logged_diagnostics_reduce_each_tag_per_evaluation_interval(tmp_path):
     saved = diagnostics.Args(str(grid), after=100, save=True)
     assert diagnostics.diagnostics_table(saved) == after_100
     summary = json.loads((dsdpg / "summary.json").read_text())
-    assert summary["logged"]["tags"] == {kappa: reduced}
+    assert summary["logged"]["tags"] == {kappa: reduced} and summary["logged"]["first_logged_step"] == 50
     assert json.loads((td3 / "summary.json").read_text())["logged"]["tags"] == {}  # read, and none logged
     assert "logged" not in json.loads((gone / "summary.json").read_text())
     summary["logged"]["tags"][kappa]["max"][-1] = 6.0  # saved numbers come before the events
