@@ -291,6 +291,14 @@ def rewrite_summary(path: str, summary: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
+def print_table(table: str, out: str | None) -> None:
+    """Print a tool's markdown table and, with --out, write it to that file too."""
+    print(table, end="")
+    if out:
+        with open(out, "w") as f:
+            f.write(table)
+
+
 def load_runs(
     runs_dir: str | list[str], split_by: list[str] = (), strict: bool = False, until_step: int | None = None
 ) -> list[dict]:

@@ -29,7 +29,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from aggregate import load_runs, rewrite_summary  # noqa: E402
+from aggregate import load_runs, print_table, rewrite_summary  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from run_bookkeeping import fail as fail_with  # noqa: E402
@@ -174,8 +174,4 @@ def diagnostics_table(args: Args) -> str:
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    table = diagnostics_table(args)
-    print(table, end="")
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table)
+    print_table(diagnostics_table(args), args.out)

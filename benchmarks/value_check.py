@@ -23,7 +23,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from aggregate import load_runs, rewrite_summary  # noqa: E402
+from aggregate import load_runs, print_table, rewrite_summary  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from run_bookkeeping import VALUE_TAG, critic_values  # noqa: E402
@@ -115,8 +115,4 @@ def value_table(args: Args) -> str:
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    table = value_table(args)
-    print(table, end="")
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table)
+    print_table(value_table(args), args.out)
