@@ -1,14 +1,17 @@
 """benchmarks/paper.py: the paper's experiments as commands. Every figure and table of the paper's RL sections is
-listed, the main grid has the paper's size and a cost, every experiment's smoke launches and aggregates end to end
-(here and through submitit's LocalExecutor), and the README's table is the tool's own."""
+listed, the main grid has the paper's size and a cost, every experiment's smoke jobs run and aggregate, one experiment
+launches end to end through submitit's LocalExecutor, and the README's table is the tool's own."""
 
 import csv
+import importlib
 import json
+import os
 import re
 import subprocess
 import sys
 
 import pytest
+import tyro
 from helpers import ROOT, load_benchmark
 
 paper = load_benchmark("paper")
@@ -131,29 +134,55 @@ def test_smoke_covers_every_cell_and_env():
 
 
 @pytest.mark.slow
-def test_every_smoke_runs_and_aggregates(tmp_path):
+def test_every_smoke_runs_and_aggregates(tmp_path, monkeypatch, capsys):
+    """Every experiment's smoke jobs (each script, flag set and env it names, 1 seed, toy sizes) run with the flags
+    paper.py gives them, and `paper.py run --smoke` then finds them done and aggregates each experiment. The jobs run
+    in this process, as run_grid's worker would start them (job dir as working directory, job.json written): a
+    subprocess per job costs ~5 s of imports for ~1 s of training. Launching them as subprocesses is
+    test_submitit_local_smoke's and test_harness.py's."""
     grid = tmp_path / "smoke"
+    launch = run_grid.Launch(grid_dir=str(grid))
     for name in paper.NAMES:
-        flags = ("--workers", "2", "--threads-per-job", "1", "--bootstrap-samples", "100")
-        result = paper_tool("run", name, "--smoke", "--grid-dir", str(grid), *flags)
-        assert result.returncode == 0, f"{name}: {result.stdout[-2000:]}{result.stderr[-2000:]}"
-        if name == paper.TOY_SUPERVISED[0]:
-            summary = json.loads((grid / name / "summary.json").read_text())
-            assert set(summary["results"]) == {"unlimited", "n4"} and (grid / name / "dataset_size.png").is_file()
+        if name in (paper.TOY_SUPERVISED[0], paper.RUNTIME):
             continue
-        if name == paper.RUNTIME:
-            timing = json.loads((grid / "runtime" / "humanoid.json").read_text())
-            assert [row["script"] for row in timing["rows"]] == list(run_grid.ALL_SCRIPTS)
-            assert all(row["gflop_per_iteration"] > 0 for row in timing["rows"])  # tiny timings can come out < 0
-            continue
-        jobs = paper.experiment_jobs(name, run_grid.Launch(grid_dir=str(grid)), smoke=True)
+        jobs = paper.experiment_jobs(name, launch, smoke=True)
+        for job in jobs:
+            if run_grid.job_state(job.job_dir)[0] == "done":  # shared with an experiment before
+                continue
+            os.makedirs(job.job_dir)
+            with open(os.path.join(job.job_dir, "job.json"), "w") as f:
+                json.dump(run_grid.job_flags(job), f)
+            monkeypatch.chdir(job.job_dir)
+            module = importlib.import_module(job.script)
+            module.main(tyro.cli(module.Args, args=list(job.command[2:])))
+            assert run_grid.job_state(job.job_dir)[0] == "done", job.name
+        capsys.readouterr()
+        paper.run_experiment(paper.Run(experiment=name, grid_dir=str(grid), smoke=True, bootstrap_samples=100))
+        printed = capsys.readouterr().out
+        assert f"{len(jobs)} skipped (summary.json exists), 0 to run" in printed, name
+        assert f"{name}: {len(jobs)} of {len(jobs)} runs" in printed
         out = grid / "aggregate" / name
         with open(out / "runs.csv") as f:
             rows = list(csv.DictReader(f))
         assert len(rows) == len(jobs), name
         assert {row["env"] for row in rows} == {job.env_id for job in jobs}
         assert all((out / f).stat().st_size > 0 for f in ("table.md", "final_return.png", "nauc.png", "curves.png"))
-        assert f"{name}: {len(jobs)} of {len(jobs)} runs" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("experiment", [paper.TOY_SUPERVISED[0], paper.RUNTIME])
+def test_the_two_single_process_experiments_smoke(tmp_path, experiment):
+    """The supervised toy and the runtime table are one process each, not a grid: their smokes write their outputs."""
+    grid = tmp_path / "smoke"
+    result = paper_tool("run", experiment, "--smoke", "--grid-dir", str(grid), "--threads-per-job", "1")
+    assert result.returncode == 0, f"{experiment}: {result.stdout[-2000:]}{result.stderr[-2000:]}"
+    if experiment == paper.TOY_SUPERVISED[0]:
+        summary = json.loads((grid / experiment / "summary.json").read_text())
+        assert set(summary["results"]) == {"unlimited", "n4"} and (grid / experiment / "dataset_size.png").is_file()
+    else:
+        timing = json.loads((grid / "runtime" / "humanoid.json").read_text())
+        assert [row["script"] for row in timing["rows"]] == list(run_grid.ALL_SCRIPTS)
+        assert all(row["gflop_per_iteration"] > 0 for row in timing["rows"])  # tiny timings can come out < 0
 
 
 @pytest.mark.slow
