@@ -86,3 +86,18 @@ def test_a_group_the_tool_does_not_name_is_refused_in_one_line(tmp_path):
         tables.read_rows(path)
     message = str(stop.value)
     assert "\n" not in message and "dsdpg_msmmd_sobolev_ascent on HalfCheetah-v4" in message
+
+
+def test_write_replaces_only_its_table_even_when_a_task_adds_a_column():
+    old = "| so far (median [95 % CI], seeds) | IDP final return | IDP nAUC |\n|---|---|---|\n| MAGE | 1 (3) | 2 (3) |"
+    new = "| so far (median [95 % CI], seeds) | IDP final return | IDP nAUC | Walker2d final return |\n|---|---|---|---|"
+    other = "| task | steps |\n|---|---|\n| IDP | 25 000 |"
+    text = f"# Results\n\n{old}\n\nprose after it\n\n{other}\n"
+    assert tables.replace_table(text, new, "README.md") == f"# Results\n\n{new}\n\nprose after it\n\n{other}\n"
+    for count, doc in ((0, other), (2, f"{old}\n\n{old}")):
+        with pytest.raises(SystemExit) as stop:
+            tables.replace_table(doc, new, "README.md")
+        assert str(stop.value) == (
+            f"tables.py: error: README.md has {count} tables starting "
+            "'| so far (median [95 % CI], seeds) | IDP final return | IDP nAUC |', not one"
+        )

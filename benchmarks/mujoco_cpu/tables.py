@@ -4,16 +4,23 @@ README's (a row per method, a column per task and statistic, the seeds in bracke
 aggregate.py's order and round to whole numbers with a space between thousands ("9 360").
 
 Usage (after `python benchmarks/aggregate.py benchmarks/mujoco_cpu/grid --out benchmarks/mujoco_cpu/results`):
-    python benchmarks/mujoco_cpu/tables.py            # prints both; paste each over the old one
+    python benchmarks/mujoco_cpu/tables.py            # prints both
+    python benchmarks/mujoco_cpu/tables.py --write    # and writes each over the old one in its file
 """
 
 import csv
 import os
 import sys
+from dataclasses import dataclass
+
+import tyro
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from aggregate import SCRIPT_ORDER  # noqa: E402
+
+PAGE = os.path.join(HERE, "README.md")
+README = os.path.join(os.path.dirname(os.path.dirname(HERE)), "README.md")
 
 TASKS = {"InvertedDoublePendulum-v4": "IDP", "HalfCheetah-v4": "HalfCheetah", "Walker2d-v4": "Walker2d"}
 """The grid's tasks in table order, with the README's short names"""
@@ -97,13 +104,38 @@ def readme_table(table: dict[tuple[str, str], dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def replace_table(text: str, table: str, path: str) -> str:
+    """`text` with its markdown table whose header starts with the same three cells as `table`'s (a header that
+    gains a column as a task is added is still found) replaced by `table`; refuses none or several such tables."""
+    start = "|".join(table.split("|", 4)[:4]) + "|"
+    lines = text.split("\n")
+    found = [i for i, line in enumerate(lines) if line.startswith(start)]
+    if len(found) != 1:
+        sys.exit(f"tables.py: error: {path} has {len(found)} tables starting {start!r}, not one")
+    end = found[0]
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "\n".join(lines[: found[0]] + table.split("\n") + lines[end:])
+
+
+@dataclass
+class Args:
+    write: bool = False
+    """write each table over the old one in its file (the page and the README) instead of only printing them"""
+
+
+def main(args: Args) -> None:
     table = read_rows(os.path.join(HERE, "results", "table.csv"))
-    print("The page's table (benchmarks/mujoco_cpu/README.md):\n")
-    print(page_table(table))
-    print("\nThe README's table:\n")
-    print(readme_table(table))
+    for what, path, text in (("page", PAGE, page_table(table)), ("README", README, readme_table(table))):
+        print(f"The {what}'s table ({os.path.relpath(path)}):\n\n{text}\n")
+        if args.write:
+            with open(path) as file:
+                old = file.read()
+            new = replace_table(old, text, os.path.relpath(path))
+            with open(path, "w") as file:
+                file.write(new)
+            print(f"{os.path.relpath(path)}: {'written' if new != old else 'unchanged'}\n")
 
 
 if __name__ == "__main__":
-    main()
+    main(tyro.cli(Args, description=__doc__.split("\n\n")[0]))
