@@ -52,8 +52,9 @@ def test_cosine_embedding_shape_and_values():
 
 
 def huber_quantiles(samples: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
-    """The minimisers of E |tau - 1{y < q}| Huber_1(y - q), what the loss converges to. The loss is convex in q, its
-    derivative -E |tau - 1{y < q}| clip(y - q, -1, 1) falls with q: its root, by bisection."""
+    """The minimisers of E |tau - 1{y < q}| Huber_1(y - q), what the loss converges to. The loss is convex in q: its
+    derivative, -E |tau - 1{y < q}| clip(y - q, -1, 1), rises with q from <= 0 at min(y) to >= 0 at max(y); its root,
+    by bisection."""
     low, high = torch.full_like(taus, samples.min().item()), torch.full_like(taus, samples.max().item())
     for _ in range(40):
         q = (low + high) / 2

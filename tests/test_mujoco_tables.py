@@ -91,10 +91,10 @@ def test_a_group_the_tool_does_not_name_is_refused_in_one_line(tmp_path):
 def test_write_replaces_only_its_table_even_when_a_task_adds_a_column():
     old = "| so far (median [95 % CI], seeds) | IDP final return | IDP nAUC |\n|---|---|---|\n| MAGE | 1 (3) | 2 (3) |"
     new = "| so far (median [95 % CI], seeds) | IDP final return | IDP nAUC | Walker2d final return |\n|---|---|---|---|"
-    other = "| task | steps |\n|---|---|\n| IDP | 25 000 |"
+    other = "| so far (median [95 % CI], seeds) | IDP final return | HalfCheetah final return |\n|---|---|---|\n| x | 1 | 2 |"
     text = f"# Results\n\n{old}\n\nprose after it\n\n{other}\n"
     assert tables.replace_table(text, new, "README.md") == f"# Results\n\n{new}\n\nprose after it\n\n{other}\n"
-    for count, doc in ((0, other), (2, f"{old}\n\n{old}")):
+    for count, doc in ((0, other), (2, f"{old}\n\n{old}")):  # `other` shares two of the three cells
         with pytest.raises(SystemExit) as stop:
             tables.replace_table(doc, new, "README.md")
         assert str(stop.value) == (

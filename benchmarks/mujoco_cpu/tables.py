@@ -126,15 +126,21 @@ class Args:
 
 def main(args: Args) -> None:
     table = read_rows(os.path.join(HERE, "results", "table.csv"))
-    for what, path, text in (("page", PAGE, page_table(table)), ("README", README, readme_table(table))):
-        print(f"The {what}'s table ({os.path.relpath(path)}):\n\n{text}\n")
-        if args.write:
-            with open(path) as file:
-                old = file.read()
-            new = replace_table(old, text, os.path.relpath(path))
+    tables = {PAGE: page_table(table), README: readme_table(table)}
+    for what, path in (("page", PAGE), ("README", README)):
+        print(f"The {what}'s table ({os.path.relpath(path)}):\n\n{tables[path]}\n")
+    if not args.write:
+        return
+    texts = {}
+    for path, text in tables.items():  # both found before either file is written
+        with open(path) as file:
+            old = file.read()
+        texts[path] = old, replace_table(old, text, os.path.relpath(path))
+    for path, (old, new) in texts.items():
+        if new != old:
             with open(path, "w") as file:
                 file.write(new)
-            print(f"{os.path.relpath(path)}: {'written' if new != old else 'unchanged'}\n")
+        print(f"{os.path.relpath(path)}: {'written' if new != old else 'unchanged'}")
 
 
 if __name__ == "__main__":
