@@ -126,21 +126,17 @@ class Args:
 
 def main(args: Args) -> None:
     table = read_rows(os.path.join(HERE, "results", "table.csv"))
-    tables = {PAGE: page_table(table), README: readme_table(table)}
-    for what, path in (("page", PAGE), ("README", README)):
-        print(f"The {what}'s table ({os.path.relpath(path)}):\n\n{tables[path]}\n")
-    if not args.write:
-        return
-    texts = {}
-    for path, text in tables.items():  # both found before either file is written
-        with open(path) as file:
-            old = file.read()
-        texts[path] = old, replace_table(old, text, os.path.relpath(path))
-    for path, (old, new) in texts.items():
-        if new != old:
-            with open(path, "w") as file:
-                file.write(new)
-        print(f"{os.path.relpath(path)}: {'written' if new != old else 'unchanged'}")
+    made = (("page", PAGE, page_table(table)), ("README", README, readme_table(table)))
+    for what, path, text in made:
+        print(f"The {what}'s table ({os.path.relpath(path)}):\n\n{text}\n")
+    if args.write:
+        old = {path: open(path).read() for _, path, _ in made}
+        new = {path: replace_table(old[path], text, os.path.relpath(path)) for _, path, text in made}  # both found first
+        for path in new:
+            if new[path] != old[path]:
+                with open(path, "w") as file:
+                    file.write(new[path])
+            print(f"{os.path.relpath(path)}: {'written' if new[path] != old[path] else 'unchanged'}")
 
 
 if __name__ == "__main__":
