@@ -9,7 +9,9 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
+import matplotlib.figure
 import pytest
 import tyro
 from helpers import ROOT, load_benchmark
@@ -139,9 +141,13 @@ def test_every_smoke_runs_and_aggregates(tmp_path, monkeypatch, capsys):
     paper.py gives them, and `paper.py run --smoke` then finds them done and aggregates each experiment. The jobs run
     in this process, as run_grid's worker would start them (job dir as working directory, job.json written): a
     subprocess per job costs ~5 s of imports for ~1 s of training. Launching them as subprocesses is
-    test_submitit_local_smoke's and test_harness.py's."""
+    test_submitit_local_smoke's and test_harness.py's. The figures are made but not drawn to PNG (matplotlib's layout
+    and rasterising took half of this test's time): each is checked for its panels and curves here, and PNGs are
+    written by test_submitit_local_smoke's aggregation and test_harness.py's."""
     grid = tmp_path / "smoke"
     launch = run_grid.Launch(grid_dir=str(grid))
+    figures = {}  # file name -> the figure aggregation made for it, of the experiment being aggregated
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, path, **kw: figures.update({Path(path).name: fig}))
     for name in paper.NAMES:
         if name in (paper.TOY_SUPERVISED[0], paper.RUNTIME):
             continue
@@ -157,6 +163,7 @@ def test_every_smoke_runs_and_aggregates(tmp_path, monkeypatch, capsys):
             module.main(tyro.cli(module.Args, args=list(job.command[2:])))
             assert run_grid.job_state(job.job_dir)[0] == "done", job.name
         capsys.readouterr()
+        figures.clear()
         paper.run_experiment(paper.Run(experiment=name, grid_dir=str(grid), smoke=True, bootstrap_samples=100))
         printed = capsys.readouterr().out
         assert f"{len(jobs)} skipped (summary.json exists), 0 to run" in printed, name
@@ -166,7 +173,12 @@ def test_every_smoke_runs_and_aggregates(tmp_path, monkeypatch, capsys):
             rows = list(csv.DictReader(f))
         assert len(rows) == len(jobs), name
         assert {row["env"] for row in rows} == {job.env_id for job in jobs}
-        assert all((out / f).stat().st_size > 0 for f in ("table.md", "final_return.png", "nauc.png", "curves.png"))
+        assert (out / "table.md").stat().st_size > 0
+        envs, noises = {row["env"] for row in rows}, {row["noise"] for row in rows}
+        assert set(figures) >= {"final_return.png", "nauc.png", "curves.png", "performance_profile.png"}, name
+        for fig in figures.values():  # one panel per (env, noise), and the trend's two
+            assert len(fig.axes) == (2 if fig is figures.get("trend.png") else len(envs) * len(noises)), name
+        assert sum(len(ax.lines) for ax in figures["curves.png"].axes) == len(rows), name  # a median per group (1 seed)
 
 
 @pytest.mark.slow
