@@ -1,9 +1,14 @@
 """Shared test helpers: run a script as a user would and read its outputs back."""
 
+import contextlib
 import importlib.util
+import io
 import json
+import os
+import runpy
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -46,6 +51,33 @@ def run_script(script: str, *flags: str, cwd: str | Path, timeout: float = 600) 
     return subprocess.run(
         [sys.executable, str(ROOT / script), *flags], cwd=cwd, capture_output=True, text=True, timeout=timeout
     )
+
+
+def run_script_in_process(script: str, *flags: str, cwd: str | Path) -> subprocess.CompletedProcess:
+    """What `python <script> <flags>` from cwd prints and exits with, run in this process: the script executed as
+    `__main__` with those argv (runpy), its stdout and stderr captured, and its exit turned into a status as the
+    interpreter does (SystemExit's code; its message printed, status 1; any other exception's traceback printed, status
+    1). For refusals, which exit before any work: a process start costs ~4 s of imports. What only a process shows
+    (signals, a failure at exit) is run_script's."""
+    stdout, stderr, old_cwd, old_argv = io.StringIO(), io.StringIO(), os.getcwd(), sys.argv
+    try:
+        os.chdir(cwd)
+        sys.argv = [str(ROOT / script), *flags]
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                runpy.run_path(str(ROOT / script), run_name="__main__")
+                status = 0
+            except SystemExit as exit_:
+                status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+                if exit_.code is not None and not isinstance(exit_.code, int):
+                    print(exit_.code, file=sys.stderr)
+            except Exception:
+                traceback.print_exc()
+                status = 1
+    finally:
+        os.chdir(old_cwd)
+        sys.argv = old_argv
+    return subprocess.CompletedProcess([script, *flags], status, stdout.getvalue(), stderr.getvalue())
 
 
 def error_lines(result: subprocess.CompletedProcess) -> list[str]:

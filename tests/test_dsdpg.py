@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import error_lines, only_run_dir, read_scalars, read_summary, run_script
+from helpers import error_lines, only_run_dir, read_scalars, read_summary, run_script, run_script_in_process
 
 import dsdpg_mmd_sobolev as dsdpg
 import dsdpg_msmmd_sobolev as dsdpg_ms
@@ -381,7 +381,6 @@ def test_scripts_run_end_to_end(tmp_path, script, env_flags):
     assert summary["eval_steps"] == [100, 200] and len(summary["eval_returns"]) == 2
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "script, flags, message",
     [
@@ -393,6 +392,6 @@ def test_scripts_run_end_to_end(tmp_path, script, env_flags):
     ],
 )
 def test_bad_flags_print_one_line(tmp_path, script, flags, message):
-    result = run_script(script, *flags, cwd=tmp_path)
+    result = run_script_in_process(script, *flags, cwd=tmp_path)
     lines = error_lines(result)
     assert result.returncode != 0 and len(lines) == 1 and message in lines[0], result.stderr

@@ -15,7 +15,7 @@ from pathlib import Path
 import helpers
 import pytest
 import torch
-from helpers import ROOT, error_lines, only_run_dir, read_summary, run_script
+from helpers import ROOT, error_lines, only_run_dir, read_summary, run_script, run_script_in_process
 
 import flag_extras
 import run_bookkeeping
@@ -43,6 +43,29 @@ def refused(result: subprocess.CompletedProcess, message: str) -> None:
     lines = error_lines(result)
     assert result.returncode != 0 and len(lines) == 1 and message in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_script_run_in_process_exits_and_prints_as_its_process_does(tmp_path):
+    """run_script_in_process, which the refusal tests use, against a real process: the same status, stdout and error
+    lines for a refusal, the same status and last line for an exception (its traceback has runpy's frames too), and a
+    script's own exit status."""
+    (tmp_path / "raises.py").write_text("raise ValueError('broken')\n")
+    (tmp_path / "exits.py").write_text("import sys\nprint('out')\nsys.exit(3)\n")
+    for script, flags in [
+        ("td3_huber.py", ["--gamma", "1.5"]),
+        (str(tmp_path / "raises.py"), []),
+        (str(tmp_path / "exits.py"), []),
+    ]:
+        in_process, process = run_script_in_process(script, *flags, cwd=tmp_path), run_script(script, *flags, cwd=tmp_path)
+        assert (in_process.returncode, in_process.stdout) == (process.returncode, process.stdout), script
+        assert ("Traceback" in in_process.stderr) == ("Traceback" in process.stderr), script
+        if "Traceback" in process.stderr:
+            assert error_lines(in_process)[-1] == error_lines(process)[-1] == "ValueError: broken"
+        else:
+            assert error_lines(in_process) == error_lines(process), script
+    assert [process.returncode for process in (in_process, process)] == [3, 3]
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.slow
@@ -92,7 +115,6 @@ def test_a_finished_run_is_left_alone_and_a_non_finite_checkpoint_is_refused(tmp
     assert (run_dir / "evaluation.json").is_file() and (run_dir / "evaluation-2.json").is_file()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -107,7 +129,7 @@ def test_a_finished_run_is_left_alone_and_a_non_finite_checkpoint_is_refused(tmp
 def test_bad_flags_and_paths_give_one_line_and_write_nothing(tmp_path, flags, message):
     (tmp_path / "runs").write_text("not a folder")
     before = hashes(tmp_path)
-    refused(run_script("td3_huber.py", *flags, cwd=tmp_path), message)
+    refused(run_script_in_process("td3_huber.py", *flags, cwd=tmp_path), message)
     assert hashes(tmp_path) == before
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import error_lines, only_run_dir, read_scalars, read_summary, run_script
+from helpers import error_lines, only_run_dir, read_scalars, read_summary, run_script, run_script_in_process
 
 import run_bookkeeping
 import td3_huber
@@ -311,7 +311,6 @@ def test_resuming_a_checkpoint_that_does_not_fit_the_networks_fails_in_one_line(
     assert len(lines) == 1 and "cannot resume from" in lines[0] and "obs_normaliser" in lines[0], result.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -325,7 +324,7 @@ def test_resuming_a_checkpoint_that_does_not_fit_the_networks_fails_in_one_line(
     ],
 )
 def test_bad_input_prints_one_line_and_exits_non_zero(tmp_path, flags, message):
-    result = run_script("td3_huber.py", *flags, cwd=tmp_path)
+    result = run_script_in_process("td3_huber.py", *flags, cwd=tmp_path)
     assert result.returncode != 0
     lines = error_lines(result)
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr, result.stderr
