@@ -102,10 +102,11 @@ def test_a_finished_run_is_left_alone_and_a_non_finite_checkpoint_is_refused(tmp
     result = run_script("td3_huber.py", "--resume", str(run_dir), cwd=tmp_path)  # its budget: the checkpoint's 200
     assert result.returncode == 0 and "at step 200 of 200: nothing to do" in result.stderr, result.stderr
     refused(
-        run_script("td3_huber.py", "--resume", str(run_dir / "model.pt"), cwd=tmp_path), "is a saved model, not a checkpoint"
+        run_script_in_process("td3_huber.py", "--resume", str(run_dir / "model.pt"), cwd=tmp_path),
+        "is a saved model, not a checkpoint",
     )
     for flag in ("--resume", "--evaluate"):
-        result = run_script("td3_huber.py", flag, str(run_dir / "nonfinite_checkpoint.pt"), cwd=tmp_path)
+        result = run_script_in_process("td3_huber.py", flag, str(run_dir / "nonfinite_checkpoint.pt"), cwd=tmp_path)
         refused(result, "holds non-finite weights")
         assert "for inspection" in result.stderr
     assert hashes(tmp_path) == before
@@ -227,7 +228,7 @@ def test_a_resumed_run_that_would_never_update_is_refused(tmp_path):
     (run_dir / "summary.json").unlink()
     before = hashes(tmp_path)
     refused(
-        run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", "80", cwd=tmp_path),
+        run_script_in_process("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", "80", cwd=tmp_path),
         "--total-timesteps 80 is not above the run's --learning-starts 100: no update would ever run",
     )
     assert hashes(tmp_path) == before

@@ -305,7 +305,7 @@ def test_resuming_a_checkpoint_that_does_not_fit_the_networks_fails_in_one_line(
         name.replace("normaliser.", "obs_normaliser."): value for name, value in state["world_model"].items()
     }
     torch.save(state, path)
-    result = run_script("td3_huber.py", "--resume", str(path), "--total-timesteps", "80", cwd=tmp_path)
+    result = run_script_in_process("td3_huber.py", "--resume", str(path), "--total-timesteps", "80", cwd=tmp_path)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     lines = error_lines(result)
     assert len(lines) == 1 and "cannot resume from" in lines[0] and "obs_normaliser" in lines[0], result.stderr

@@ -16,7 +16,16 @@ import helpers
 import imageio
 import pytest
 import torch
-from helpers import ROOT, error_lines, only_run_dir, read_scalars, read_summary, read_wandb_run, run_script
+from helpers import (
+    ROOT,
+    error_lines,
+    only_run_dir,
+    read_scalars,
+    read_summary,
+    read_wandb_run,
+    run_script,
+    run_script_in_process,
+)
 
 import run_bookkeeping
 
@@ -118,7 +127,7 @@ def test_evaluate_reproduces_the_final_evaluation_and_refuses_other_models(tmp_p
         ("td3_huber.py", ["--env-id", "Hopper-v4"], "a policy for PointMass-v0, not for Hopper-v4"),
         ("td3_huber.py", ["--resume", str(run_dir)], "--evaluate and --resume exclude each other"),
     ]:
-        result = run_script(script, "--evaluate", str(run_dir / "model.pt"), *flags, cwd=tmp_path)
+        result = run_script_in_process(script, "--evaluate", str(run_dir / "model.pt"), *flags, cwd=tmp_path)
         lines = error_lines(result)
         assert result.returncode == 1 and len(lines) == 1 and message in lines[0], result.stderr
 
@@ -140,7 +149,6 @@ def test_evaluate_under_noise_flags_given_says_so_and_records_it(tmp_path):
     assert again["obs_noise"] == "none" and again["trained_noise"] == evaluation["trained_noise"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_damaged_checkpoints_are_refused_in_one_line(tmp_path, script):
     """Every file once with td3_huber.py (--resume and --evaluate), garbage with the others (the same code in each)."""
@@ -151,7 +159,7 @@ def test_damaged_checkpoints_are_refused_in_one_line(tmp_path, script):
     cases = [(name, flag) for name in files for flag in ("--resume", "--evaluate")]
     for name, flag in cases if script == "td3_huber.py" else [("garbage.pt", "--resume")]:
         (tmp_path / name).write_bytes(files[name])
-        result = run_script(script, flag, str(tmp_path / name), cwd=tmp_path)
+        result = run_script_in_process(script, flag, str(tmp_path / name), cwd=tmp_path)
         lines = error_lines(result)
         assert result.returncode == 1 and len(lines) == 1, result.stderr
         assert f"cannot read '{tmp_path / name}'" in lines[0] and "damaged, empty or truncated" in lines[0]
@@ -160,10 +168,10 @@ def test_damaged_checkpoints_are_refused_in_one_line(tmp_path, script):
 @pytest.mark.slow
 def test_resume_takes_a_run_folder_and_refuses_other_scripts_and_smaller_budgets(tmp_path):
     run_dir = train(tmp_path, "--total-timesteps", "200", "--eval-frequency", "100")
-    result = run_script("dsdpg_mmd_sobolev.py", "--resume", str(run_dir), cwd=tmp_path)
+    result = run_script_in_process("dsdpg_mmd_sobolev.py", "--resume", str(run_dir), cwd=tmp_path)
     lines = error_lines(result)
     assert result.returncode == 1 and len(lines) == 1 and "was written by td3_huber.py" in lines[0]
-    result = run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", "150", cwd=tmp_path)
+    result = run_script_in_process("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", "150", cwd=tmp_path)
     lines = error_lines(result)
     assert result.returncode == 1 and len(lines) == 1 and "below the checkpoint's step 200" in lines[0]
     assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["global_step"] == 200  # not rewritten
