@@ -14,7 +14,7 @@ from pathlib import Path
 import matplotlib.figure
 import pytest
 import tyro
-from helpers import ROOT, load_benchmark
+from helpers import ROOT, load_benchmark, run_script_in_process
 
 paper = load_benchmark("paper")
 run_grid = paper.run_grid
@@ -48,9 +48,14 @@ def paper_tool(*flags: str, cwd=ROOT, timeout: float = 600) -> subprocess.Comple
     )
 
 
-@pytest.mark.slow
+def paper_tool_in_process(*flags: str, cwd=ROOT) -> subprocess.CompletedProcess:
+    """paper_tool's output and exit status for a command that only prints or refuses (no job starts), without a
+    process start."""
+    return run_script_in_process("benchmarks/paper.py", *flags, cwd=cwd)
+
+
 def test_list_names_every_figure_and_table():
-    result = paper_tool("list")
+    result = paper_tool_in_process("list")
     assert result.returncode == 0, result.stderr
     for label in RL_FIGURES + SUPERVISED_FIGURES:
         assert label in result.stdout, label
@@ -60,18 +65,16 @@ def test_list_names_every_figure_and_table():
     assert re.search(r"^mujoco: .*\n    1080 runs, [\d,.]+ GPU-hours on an H100, [\d,.]+ CPU-hours here", result.stdout, re.M)
 
 
-@pytest.mark.slow
 def test_readme_table_is_the_tools_own():
-    table = paper_tool("list", "--markdown").stdout
+    table = paper_tool_in_process("list", "--markdown").stdout
     assert table.count("\n") == len(paper.NAMES) + 2
     assert table in (ROOT / "README.md").read_text(), (
         "README's 'Reproducing the paper' table differs from paper.py list --markdown"
     )
 
 
-@pytest.mark.slow
 def test_mujoco_dry_run_is_the_papers_grid(tmp_path):
-    result = paper_tool("run", "mujoco", "--dry-run", "--grid-dir", str(tmp_path / "grid"))
+    result = paper_tool_in_process("run", "mujoco", "--dry-run", "--grid-dir", str(tmp_path / "grid"))
     assert result.returncode == 0, result.stderr
     commands = [line for line in result.stdout.splitlines() if line.startswith("[new] cd ")]
     assert len(commands) == 1080 == 6 * 3 * 6 * 10
@@ -208,11 +211,10 @@ def test_submitit_local_smoke(tmp_path):
     assert list((tmp_path / "grid" / "submitit").glob("*_result.pkl"))
 
 
-@pytest.mark.slow
 def test_bad_input_is_one_line(tmp_path):
-    unknown = paper_tool("run", "figure-9", cwd=tmp_path)
+    unknown = paper_tool_in_process("run", "figure-9", cwd=tmp_path)
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr and "figure-9" in unknown.stderr
-    workers = paper_tool("run", "toy-rl", "--workers", "0", cwd=tmp_path)
+    workers = paper_tool_in_process("run", "toy-rl", "--workers", "0", cwd=tmp_path)
     assert workers.returncode == 1 and workers.stderr.strip() == "paper.py: error: --workers must be >= 1"
 
 
@@ -223,7 +225,6 @@ def test_count_flops_with_nothing_missing_says_so(capsys):
     assert line.startswith("nothing to count: ") and line.endswith("FLOP counts the experiments need")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("experiment", ["toy-rl", "runtime"])
 def test_a_grid_dir_that_cannot_be_written_is_one_line_before_any_work(tmp_path, experiment):
     (tmp_path / "a_file").write_text("")
@@ -231,6 +232,6 @@ def test_a_grid_dir_that_cannot_be_written_is_one_line_before_any_work(tmp_path,
         ("a_file", "--grid-dir a_file is a file, not a folder"),
         ("a_file/grid", "--grid-dir a_file/grid: cannot write there (Not a directory)"),
     ):
-        result = paper_tool("run", experiment, "--grid-dir", grid_dir, cwd=tmp_path)
+        result = paper_tool_in_process("run", experiment, "--grid-dir", grid_dir, cwd=tmp_path)
         assert result.returncode == 1 and result.stderr.strip() == f"paper.py: error: {message}", result.stderr
         assert result.stdout == "" and sorted(path.name for path in tmp_path.iterdir()) == ["a_file"]
