@@ -9,6 +9,7 @@ import runpy
 import subprocess
 import sys
 import traceback
+import warnings
 from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -53,17 +54,34 @@ def run_script(script: str, *flags: str, cwd: str | Path, timeout: float = 600) 
     )
 
 
+INTERPRETER_WARNING_FILTERS = (
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, ""),
+    ("ignore", PendingDeprecationWarning, ""),
+    ("ignore", ImportWarning, ""),
+    ("ignore", ResourceWarning, ""),
+)
+"""Python's warning filters in a process started without -W (the docs' "Default Warning Filter")."""
+
+
 def run_script_in_process(script: str, *flags: str, cwd: str | Path) -> subprocess.CompletedProcess:
     """What `python <script> <flags>` from cwd prints and exits with, run in this process: the script executed as
-    `__main__` with those argv (runpy), its stdout and stderr captured, and its exit turned into a status as the
-    interpreter does (SystemExit's code; its message printed, status 1; any other exception's traceback printed, status
-    1). For refusals, which exit before any work: a process start costs ~4 s of imports. What only a process shows
-    (signals, a failure at exit) is run_script's."""
+    `__main__` with those argv (runpy), its stdout and stderr captured, warnings shown on that stderr as a new process
+    shows them (its filters, each once per place), and its exit turned into a status as the interpreter does
+    (SystemExit's code; its message printed, status 1; any other exception's traceback printed, status 1). For commands
+    that refuse or only print: a process start costs ~4 s of imports. What only a process shows (signals, a failure at
+    exit) is run_script's."""
     stdout, stderr, old_cwd, old_argv = io.StringIO(), io.StringIO(), os.getcwd(), sys.argv
     try:
         os.chdir(cwd)
         sys.argv = [str(ROOT / script), *flags]
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), warnings.catch_warnings():
+            warnings.resetwarnings()  # (a change of filters also forgets which warnings were shown before)
+            for action, category, module in INTERPRETER_WARNING_FILTERS:
+                warnings.filterwarnings(action, category=category, module=module, append=True)
+            warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
+                warnings.formatwarning(message, category, filename, lineno, line)
+            )
             try:
                 runpy.run_path(str(ROOT / script), run_name="__main__")
                 status = 0

@@ -49,9 +49,12 @@ def refused(result: subprocess.CompletedProcess, message: str) -> None:
 def test_a_script_run_in_process_exits_and_prints_as_its_process_does(tmp_path):
     """run_script_in_process, which the refusal tests use, against a real process: the same status, stdout and error
     lines for a refusal, the same status and last line for an exception (its traceback has runpy's frames too), and a
-    script's own exit status."""
+    script's own exit status and warnings (each once; a DeprecationWarning, as it comes from __main__)."""
     (tmp_path / "raises.py").write_text("raise ValueError('broken')\n")
-    (tmp_path / "exits.py").write_text("import sys\nprint('out')\nsys.exit(3)\n")
+    (tmp_path / "exits.py").write_text(
+        "import sys, warnings\nprint('out')\nfor _ in range(2):\n    warnings.warn('careful')\n"
+        "warnings.warn('old', DeprecationWarning)\nsys.exit(3)\n"
+    )
     for script, flags in [
         ("td3_huber.py", ["--gamma", "1.5"]),
         (str(tmp_path / "raises.py"), []),
@@ -63,8 +66,9 @@ def test_a_script_run_in_process_exits_and_prints_as_its_process_does(tmp_path):
         if "Traceback" in process.stderr:
             assert error_lines(in_process)[-1] == error_lines(process)[-1] == "ValueError: broken"
         else:
-            assert error_lines(in_process) == error_lines(process), script
+            assert in_process.stderr == process.stderr, script
     assert [process.returncode for process in (in_process, process)] == [3, 3]
+    assert process.stderr.count("UserWarning: careful") == 1 and "DeprecationWarning: old" in process.stderr
     assert not (tmp_path / "runs").exists()
 
 
