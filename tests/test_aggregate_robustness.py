@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_harness import aggregate, read_csv, run_tool, write_summary
+from test_harness import aggregate, read_csv, run_tool, run_tool_in_process, write_summary
 
 FAST = ("--bootstrap-samples", "20")
 
@@ -47,7 +47,7 @@ def stderr_lines(result) -> list[str]:
 def test_bad_summary_is_left_out_with_one_warning(tmp_path):
     good_grid(tmp_path / "grid")
     bad = add_bad(tmp_path / "grid", "corrupt", b'{"final_eval_return": ')
-    result = run_tool("aggregate.py", "grid", "--out", "out", *FAST, cwd=tmp_path)
+    result = run_tool_in_process("aggregate.py", "grid", "--out", "out", *FAST, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert stderr_lines(result) == [
         f"aggregate.py: warning: {bad} is not a run summary (JSONDecodeError: Expecting value: line 1 column 23 "
@@ -66,7 +66,7 @@ def test_strict_stops_at_the_first_bad_summary(tmp_path):
     good_grid(tmp_path / "grid")
     bad = add_bad(tmp_path / "grid", "corrupt", b"\x89\xff\x00garbage")
     before = tree(tmp_path / "grid")
-    result = run_tool("aggregate.py", "grid", "--strict", *FAST, cwd=tmp_path)
+    result = run_tool_in_process("aggregate.py", "grid", "--strict", *FAST, cwd=tmp_path)
     assert result.returncode == 1
     assert stderr_lines(result) == [
         f"aggregate.py: error: {bad} is not a run summary (UnicodeDecodeError: 'utf-8' codec can't decode byte 0x89 "
@@ -81,7 +81,7 @@ def test_only_bad_summaries_is_an_error(tmp_path):
     first = add_bad(tmp_path / "grid", "a", json.dumps(no_final).encode())
     add_bad(tmp_path / "grid", "b", b"")
     before = tree(tmp_path / "grid")
-    result = run_tool("aggregate.py", "grid", *FAST, cwd=tmp_path)
+    result = run_tool_in_process("aggregate.py", "grid", *FAST, cwd=tmp_path)
     assert result.returncode == 1
     assert stderr_lines(result) == [
         "aggregate.py: error: nothing to aggregate: none of the 2 summary.json under 'grid' is a run summary "
@@ -242,7 +242,7 @@ def test_default_output_folder_in_the_grid(tmp_path):
     """Outputs default to RUNS_DIR/aggregate, and a rerun overwrites them (aggregate/ holds no summary.json)."""
     good_grid(tmp_path / "grid")
     for _ in range(2):
-        result = run_tool("aggregate.py", "grid", *FAST, cwd=tmp_path)
+        result = run_tool_in_process("aggregate.py", "grid", *FAST, cwd=tmp_path)
         assert result.returncode == 0 and result.stderr == "", result.stderr
         assert len(read_csv(tmp_path / "grid" / "aggregate" / "runs.csv")) == 3
 
@@ -256,7 +256,7 @@ def test_run_stopped_on_nonfinite_loss_is_named_not_dropped(tmp_path):
     stopped.mkdir(parents=True)
     (stopped / "nonfinite_checkpoint.pt").write_bytes(b"x")
     (stopped / "events.out.tfevents.1.host").write_bytes(b"")
-    result = run_tool("aggregate.py", "grid", "--out", "out", *FAST, cwd=tmp_path)
+    result = run_tool_in_process("aggregate.py", "grid", "--out", "out", *FAST, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     relative = os.path.join("grid", "seed4", "runs", stopped.name)
     assert stderr_lines(result) == [
@@ -273,7 +273,7 @@ def test_only_stopped_runs_is_one_error_naming_them(tmp_path):
     stopped = tmp_path / "grid" / "seed1" / "runs" / "PointMass-v0__td3_huber__1__1"
     stopped.mkdir(parents=True)
     (stopped / "nonfinite_checkpoint.pt").write_bytes(b"x")
-    result = run_tool("aggregate.py", "grid", "--out", "out", *FAST, cwd=tmp_path)
+    result = run_tool_in_process("aggregate.py", "grid", "--out", "out", *FAST, cwd=tmp_path)
     assert result.returncode == 1
     assert stderr_lines(result) == [
         "aggregate.py: error: no summary.json under 'grid'; stopped on a non-finite loss: "
@@ -287,11 +287,11 @@ def test_split_by_takes_the_flag_spelling_and_refuses_a_setting_no_run_has(tmp_p
         write_summary(
             tmp_path / "grid" / f"s{seed}", "td3_huber", "PointMass-v0", seed, [10, 20], [0.0, 1.0], dyna_reward=reward
         )
-    result = run_tool("aggregate.py", "grid", "--out", "out", "--split-by", "dyna-reward", *FAST, cwd=tmp_path)
+    result = run_tool_in_process("aggregate.py", "grid", "--out", "out", "--split-by", "dyna-reward", *FAST, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     groups = sorted(row["script"] for row in read_csv(tmp_path / "out" / "table.csv"))
     assert groups == ["td3_huber[dyna_reward=model]", "td3_huber[dyna_reward=replay]"]
-    result = run_tool("aggregate.py", "grid", "--out", "out2", "--split-by", "dyna-rewrd", *FAST, cwd=tmp_path)
+    result = run_tool_in_process("aggregate.py", "grid", "--out", "out2", "--split-by", "dyna-rewrd", *FAST, cwd=tmp_path)
     assert result.returncode == 1
     assert stderr_lines(result) == [
         "aggregate.py: error: --split-by dyna_rewrd: no run has that setting (names as in summary.json's args, "
@@ -302,13 +302,13 @@ def test_split_by_takes_the_flag_spelling_and_refuses_a_setting_no_run_has(tmp_p
 @pytest.mark.slow
 def test_until_step_before_every_first_evaluation_says_so(tmp_path):
     good_grid(tmp_path / "grid")  # evaluations at steps 10 and 20
-    result = run_tool("aggregate.py", "grid", "--out", "out", "--until-step", "5", *FAST, cwd=tmp_path)
+    result = run_tool_in_process("aggregate.py", "grid", "--out", "out", "--until-step", "5", *FAST, cwd=tmp_path)
     assert result.returncode == 1
     [line] = stderr_lines(result)
     assert line.startswith("aggregate.py: error: no run has an evaluation at or before --until-step 5 (the first run's: ")
     assert line.endswith("summary.json, first evaluation at step 10)") and "not a run summary" not in line
     write_summary(tmp_path / "grid" / "early", "td3_huber", "PointMass-v0", 4, [5, 20], [1.0, 2.0])
-    result = run_tool("aggregate.py", "grid", "--out", "out", "--until-step", "5", *FAST, cwd=tmp_path)
+    result = run_tool_in_process("aggregate.py", "grid", "--out", "out", "--until-step", "5", *FAST, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert stderr_lines(result) == [
         "aggregate.py: warning: 3 run(s) without an evaluation at or before --until-step 5 left out"

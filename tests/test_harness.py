@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ROOT, load_benchmark
+from helpers import ROOT, load_benchmark, run_script_in_process
 from rliable import library
 
 TINY = (
@@ -27,6 +27,11 @@ def run_tool(tool: str, *flags: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / tool), *flags], cwd=cwd, capture_output=True, text=True, timeout=300
     )
+
+
+def run_tool_in_process(tool: str, *flags: str, cwd: Path) -> subprocess.CompletedProcess:
+    """run_tool's output and exit status without a process start (~4 s of imports for aggregate.py)."""
+    return run_script_in_process(f"benchmarks/{tool}", *flags, cwd=cwd)
 
 
 def write_summary(
@@ -218,7 +223,7 @@ def test_aggregate_bad_input(tmp_path):
         (tmp_path / name / "bad" / "summary.json").write_bytes(content)
         cases.append((name, f"{Path(name, 'bad', 'summary.json')} is not a run summary ({reason}"))
     for runs_dir, message in cases:  # --strict: the first bad summary.json stops the aggregation
-        result = run_tool("aggregate.py", runs_dir, "--out", "out", "--strict", cwd=tmp_path)
+        result = run_tool_in_process("aggregate.py", runs_dir, "--out", "out", "--strict", cwd=tmp_path)
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith("aggregate.py: error:")
         assert message in lines[0] and "Traceback" not in result.stderr
@@ -336,12 +341,14 @@ def test_until_step_reads_every_run_at_one_horizon(tmp_path):
     runs = aggregate.load_runs(str(tmp_path / "long"), until_step=2500)
     assert runs[0]["final_eval_return"] == 2.0 and runs[0]["nauc"] == 1.5 and runs[0]["eval_steps"] == [1000, 2000]
     assert aggregate.load_runs(str(tmp_path / "long"))[0]["nauc"] == 4.0
-    result = run_tool("aggregate.py", str(tmp_path), "--until-step", "2000", "--out", str(tmp_path / "out"), cwd=tmp_path)
+    result = run_tool_in_process(
+        "aggregate.py", str(tmp_path), "--until-step", "2000", "--out", str(tmp_path / "out"), cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert "1 run(s) without an evaluation at or before --until-step 2000 left out" in result.stderr
     rows = read_csv(tmp_path / "out" / "runs.csv")
     assert [(row["seed"], float(row["final_eval_return"]), float(row["nauc"])) for row in rows] == [("1", 2.0, 1.5)]
-    refused = run_tool("aggregate.py", str(tmp_path), "--until-step", "0", cwd=tmp_path)
+    refused = run_tool_in_process("aggregate.py", str(tmp_path), "--until-step", "0", cwd=tmp_path)
     assert refused.returncode == 1 and refused.stderr.strip() == "aggregate.py: error: --until-step must be >= 1"
 
 
@@ -470,10 +477,14 @@ def test_a_job_dir_whose_flags_differ_only_by_flags_without_effect_is_the_jobs(t
     write_summary(job_dir / "runs" / "a_run", "td3_huber", "PointMass-v0", 1, [60], [1.0])
     (job_dir / "job.json").write_text(json.dumps({"script": "td3_huber", "flags": old_flags}))
     common = ("--common", model_free, "--flag-sets", "--no-dyna", "--grid-dir", "grid", "--dry-run")
-    result = run_tool(*"run_grid.py --scripts td3_huber --env-ids PointMass-v0 --seeds 1".split(), *common, cwd=tmp_path)
+    result = run_tool_in_process(
+        *"run_grid.py --scripts td3_huber --env-ids PointMass-v0 --seeds 1".split(), *common, cwd=tmp_path
+    )
     assert result.returncode == 0 and result.stdout.startswith("[done] "), result.stderr
     changed = ("--common", model_free + " --gamma 0.9", *common[2:])
-    result = run_tool(*"run_grid.py --scripts td3_huber --env-ids PointMass-v0 --seeds 1".split(), *changed, cwd=tmp_path)
+    result = run_tool_in_process(
+        *"run_grid.py --scripts td3_huber --env-ids PointMass-v0 --seeds 1".split(), *changed, cwd=tmp_path
+    )
     assert result.returncode == 1 and "use another --grid-dir" in result.stderr
 
 
