@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from helpers import ROOT, load_benchmark, run_script
+from helpers import ROOT, load_benchmark, run_script, run_script_in_process
 
 
 @pytest.mark.slow
@@ -43,11 +43,10 @@ def test_timing_table_for_two_scripts(tmp_path):
     assert "one critic update" in result.stdout and "| online critics | backward |" in result.stdout
 
 
-@pytest.mark.slow
 def test_timing_on_cuda_is_refused_in_one_line_without_a_gpu(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU: nothing to refuse")
-    result = run_script("benchmarks/timing.py", "--device", "cuda", "--scripts", "td3_huber", cwd=tmp_path)
+    result = run_script_in_process("benchmarks/timing.py", "--device", "cuda", "--scripts", "td3_huber", cwd=tmp_path)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip() == "timing.py: error: --device cuda: torch sees no CUDA GPU on this machine"
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import run_script_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -218,20 +219,18 @@ def test_bad_values_are_reported(overrides, message):
     assert tss.check_args(tss.Args()) is None
 
 
-@pytest.mark.slow
-def test_bad_flag_value_exits_with_one_line():
-    result = subprocess.run([sys.executable, str(SCRIPT), "--input-noise", "-0.1"], capture_output=True, text=True, timeout=60)
+def test_bad_flag_value_exits_with_one_line(tmp_path):
+    result = run_script_in_process(SCRIPT.name, "--input-noise", "-0.1", cwd=tmp_path)
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--input-noise" in lines[0]
 
 
-@pytest.mark.slow
 def test_sizes_the_machine_cannot_hold_are_refused_before_any_work(tmp_path):
     """--hidden-dim 1e8 (a 1e16-weight layer): one line naming the part and the machine's memory, no output folder."""
     out_dir = tmp_path / "D"
-    command = [sys.executable, str(SCRIPT), "--num-steps", "50", "--num-workers", "1", "--hidden-dim", "100000000"]
-    result = subprocess.run([*command, "--out-dir", str(out_dir)], capture_output=True, text=True, timeout=60)
+    flags = ["--num-steps", "50", "--num-workers", "1", "--hidden-dim", "100000000", "--out-dir", str(out_dir)]
+    result = run_script_in_process(SCRIPT.name, *flags, cwd=tmp_path)
     lines = result.stderr.strip().splitlines()
     assert result.returncode != 0 and len(lines) == 1, result.stderr
     assert "the weights would need ~1.6e+08 GB over 1 worker(s), more than the" in lines[0]
@@ -239,11 +238,8 @@ def test_sizes_the_machine_cannot_hold_are_refused_before_any_work(tmp_path):
     assert tss.memory_problem(tss.Args()) is None  # the paper's sizes fit
 
 
-@pytest.mark.slow
-def test_unknown_variant_is_rejected():
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--variants", "mmd_sobolev", "gan"], capture_output=True, text=True, timeout=60
-    )
+def test_unknown_variant_is_rejected(tmp_path):
+    result = run_script_in_process(SCRIPT.name, "--variants", "mmd_sobolev", "gan", cwd=tmp_path)
     assert result.returncode != 0
     assert "gan" in result.stderr and "Traceback" not in result.stderr
 
@@ -256,17 +252,13 @@ def message_lines(stderr: str) -> list[str]:
     return [line for line in stderr.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
 
 
-@pytest.mark.slow
-def test_non_finite_float_flags_exit_with_one_line():
+def test_non_finite_float_flags_exit_with_one_line(tmp_path):
     cases = [("--learning-rate", "nan"), ("--learning-rate", "inf")]  # the other flags: test_bad_values_are_reported
-    processes = [  # side by side: each run is mostly the interpreter's start
-        subprocess.Popen([sys.executable, str(SCRIPT), *case], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for case in cases
-    ]
-    for case, process in zip(cases, processes):
-        stdout, stderr = process.communicate(timeout=60)
+    for case in cases:
+        result = run_script_in_process(SCRIPT.name, *case, cwd=tmp_path)
+        stdout, stderr = result.stdout, result.stderr
         lines = stderr.strip().splitlines()
-        assert process.returncode != 0 and stdout == "" and len(lines) == 1, stderr
+        assert result.returncode != 0 and stdout == "" and len(lines) == 1, stderr
         assert lines[0] == f"toy_supervised_sobolev.py: error: {case[0]} must be " + lines[0].split(" must be ")[1]
         assert lines[0].endswith(f"(got {' '.join(case[1:])})") and "Traceback" not in stderr
 
