@@ -6,6 +6,7 @@ import io
 import json
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import traceback
@@ -54,31 +55,27 @@ def run_script(script: str, *flags: str, cwd: str | Path, timeout: float = 600) 
     )
 
 
-INTERPRETER_WARNING_FILTERS = (
-    ("default", DeprecationWarning, "__main__"),
-    ("ignore", DeprecationWarning, ""),
-    ("ignore", PendingDeprecationWarning, ""),
-    ("ignore", ImportWarning, ""),
-    ("ignore", ResourceWarning, ""),
-)
-"""Python's warning filters in a process started without -W (the docs' "Default Warning Filter")."""
+class Captured(io.StringIO):
+    """A captured stream that says it is UTF-8, as a process's pipes are here (rich, which tyro's usage errors use,
+    draws boxes then, ASCII otherwise)."""
+
+    encoding = "utf-8"
 
 
 def run_script_in_process(script: str, *flags: str, cwd: str | Path) -> subprocess.CompletedProcess:
     """What `python <script> <flags>` from cwd prints and exits with, run in this process: the script executed as
-    `__main__` with those argv (runpy), its stdout and stderr captured, warnings shown on that stderr as a new process
-    shows them (its filters, each once per place), and its exit turned into a status as the interpreter does
-    (SystemExit's code; its message printed, status 1; any other exception's traceback printed, status 1). For commands
-    that refuse or only print: a process start costs ~4 s of imports. What only a process shows (signals, a failure at
-    exit) is run_script's."""
-    stdout, stderr, old_cwd, old_argv = io.StringIO(), io.StringIO(), os.getcwd(), sys.argv
+    `__main__` with those argv (runpy), its stdout and stderr captured, and its exit turned into the status `subprocess`
+    reports (SystemExit's code modulo 256, or 1 with its message printed; another exception's traceback printed, status 1;
+    Ctrl-C's, -SIGINT). Warnings go to that stderr under the test's filters, which pytest makes show every deprecation:
+    each warning a new process would show appears (once per place at least), and some it would hide may too. For
+    commands that refuse or only print: a process start costs ~4 s of imports. What only a process shows (signals, a
+    failure at exit, warnings raised while a library is first imported) is run_script's."""
+    stdout, stderr, old_cwd, old_argv = Captured(), Captured(), os.getcwd(), sys.argv
     try:
         os.chdir(cwd)
         sys.argv = [str(ROOT / script), *flags]
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), warnings.catch_warnings():
-            warnings.resetwarnings()  # (a change of filters also forgets which warnings were shown before)
-            for action, category, module in INTERPRETER_WARNING_FILTERS:
-                warnings.filterwarnings(action, category=category, module=module, append=True)
+            warnings.filterwarnings("default", append=True)  # no change of action; the registries of shown warnings reset
             warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
                 warnings.formatwarning(message, category, filename, lineno, line)
             )
@@ -86,12 +83,15 @@ def run_script_in_process(script: str, *flags: str, cwd: str | Path) -> subproce
                 runpy.run_path(str(ROOT / script), run_name="__main__")
                 status = 0
             except SystemExit as exit_:
-                status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+                status = exit_.code % 256 if isinstance(exit_.code, int) else int(exit_.code is not None)
                 if exit_.code is not None and not isinstance(exit_.code, int):
                     print(exit_.code, file=sys.stderr)
             except Exception:
                 traceback.print_exc()
                 status = 1
+            except KeyboardInterrupt:
+                traceback.print_exc()
+                status = -signal.SIGINT
     finally:
         os.chdir(old_cwd)
         sys.argv = old_argv

@@ -61,7 +61,6 @@ def test_bad_summary_is_left_out_with_one_warning(tmp_path):
         assert (tmp_path / "out" / name).stat().st_size > 0
 
 
-@pytest.mark.slow
 def test_strict_stops_at_the_first_bad_summary(tmp_path):
     good_grid(tmp_path / "grid")
     bad = add_bad(tmp_path / "grid", "corrupt", b"\x89\xff\x00garbage")
@@ -75,7 +74,6 @@ def test_strict_stops_at_the_first_bad_summary(tmp_path):
     assert tree(tmp_path / "grid") == before  # no grid/aggregate either
 
 
-@pytest.mark.slow
 def test_only_bad_summaries_is_an_error(tmp_path):
     no_final = {"args": {"exp_name": "td3_huber", "env_id": "E", "seed": 1}, "eval_steps": [1], "eval_returns": [1.0]}
     first = add_bad(tmp_path / "grid", "a", json.dumps(no_final).encode())
@@ -268,7 +266,6 @@ def test_run_stopped_on_nonfinite_loss_is_named_not_dropped(tmp_path):
     assert [row["n_seeds"] for row in read_csv(tmp_path / "out" / "table.csv")] == ["3"]
 
 
-@pytest.mark.slow
 def test_only_stopped_runs_is_one_error_naming_them(tmp_path):
     stopped = tmp_path / "grid" / "seed1" / "runs" / "PointMass-v0__td3_huber__1__1"
     stopped.mkdir(parents=True)
