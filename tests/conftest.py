@@ -2,7 +2,7 @@
 
 Each worker computes with one thread, and so do the scripts and tools its tests start: two workers of torch's default
 thread count (one per core) would oversubscribe the cores, and a spinning thread pool then slows a test several times
-over. The longest test (~3 minutes: every experiment's smoke, 72 short runs in one process) starts first, so that the
+over. The longest test (~2 minutes: every experiment's smoke, 72 short runs in one process) starts first, so that the
 other worker runs the rest of the suite beside it. Every test leaves the SIGINT and SIGTERM handlers as it found them: a
 script's `main()` run in-process installs its own, which would otherwise outlive the test (and keep its run, replay
 buffer and all, alive).
