@@ -98,13 +98,11 @@ def run_script_in_process(script: str, *flags: str, cwd: str | Path) -> subproce
     return subprocess.CompletedProcess([script, *flags], status, stdout.getvalue(), stderr.getvalue())
 
 
-def error_lines(result: subprocess.CompletedProcess) -> list[str]:
-    """The non-empty stderr lines, progress-bar redraws removed."""
-    return [
-        line
-        for line in result.stderr.replace("\r", "\n").splitlines()
-        if line.strip() and "it/s" not in line and "s/it" not in line
-    ]
+def error_lines(result: subprocess.CompletedProcess | str) -> list[str]:
+    """The non-empty lines of a result's stderr (or of a stderr string), progress-bar redraws removed."""
+    stderr = result if isinstance(result, str) else result.stderr
+    bar_marks = ("it/s", "s/it", "%|")
+    return [line for line in stderr.replace("\r", "\n").splitlines() if line.strip() and not any(m in line for m in bar_marks)]
 
 
 def read_wandb_run(run_file: str | Path) -> tuple[list[dict], dict]:

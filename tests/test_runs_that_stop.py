@@ -90,7 +90,7 @@ def test_a_run_stopped_by_sigterm_resumes_to_its_own_end_with_the_printed_comman
         drawn += character
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
-    lines = error_lines(subprocess.CompletedProcess(command, process.returncode, "", drawn + stderr))
+    lines = error_lines(drawn + stderr)
     assert process.returncode == 1 and "interrupted at step" in lines[-1], stderr
     python, script, *printed = re.search(r"resume with: (python \S+ --resume \S+)$", lines[-1]).group(1).split()
     assert python == "python" and script == str(ROOT / "td3_huber.py")  # the script as it was run

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_script_in_process
+from helpers import error_lines, run_script_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -247,11 +247,6 @@ def test_unknown_variant_is_rejected(tmp_path):
 SMALLEST = "--no-cuda --batch-size 4 --hidden-dim 4 --eval-points 2 --eval-samples 2 --num-points 4".split()
 
 
-def message_lines(stderr: str) -> list[str]:
-    """The non-empty stderr lines, progress-bar redraws removed."""
-    return [line for line in stderr.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
-
-
 def test_non_finite_float_flags_exit_with_one_line(tmp_path):
     cases = [("--learning-rate", "nan"), ("--learning-rate", "inf")]  # the other flags: test_bad_values_are_reported
     for case in cases:
@@ -325,7 +320,7 @@ def test_sigterm_stops_training_with_one_line(tmp_path):
     process = start_and_wait_for_training(command, tmp_path)
     process.send_signal(signal.SIGTERM)
     returncode, stderr = finish(process)
-    lines = message_lines(stderr)
+    lines = error_lines(stderr)
     assert returncode == 1 and len(lines) == 1 and "Traceback" not in stderr, stderr
     assert re.fullmatch(
         r"toy_supervised_sobolev\.py: error: interrupted at step [1-9][0-9]* of 8000000 \(no training finished\); "
@@ -358,7 +353,7 @@ def test_ctrl_c_stops_the_worker_processes_too(tmp_path):
     )
     os.killpg(process.pid, signal.SIGINT)
     returncode, stderr = finish(process)
-    lines = message_lines(stderr)
+    lines = error_lines(stderr)
     assert returncode == 1 and len(lines) == 1 and "Traceback" not in stderr, stderr
     assert "error: interrupted at step" in lines[0] and "(no training finished); no results to save" in lines[0]
 
@@ -378,7 +373,7 @@ def test_interruption_saves_the_finished_trainings(tmp_path, monkeypatch, capsys
         tss.main(tiny_args(tmp_path, num_workers=1))
     assert exit_info.value.code == 1
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # restored
-    lines = message_lines(capsys.readouterr().err)
+    lines = error_lines(capsys.readouterr().err)
     assert lines == [
         "toy_supervised_sobolev.py: error: interrupted at step 80 of 320 (2 of 8 trainings finished); "
         f"their results saved in {tmp_path / 'summary.json'}, no figures drawn"

@@ -236,7 +236,7 @@ def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(
     assert "python td3_huber.py --env-id PointMass-v0 --total-timesteps 15000" in note, note
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
-    lines = error_lines(subprocess.CompletedProcess(command, process.returncode, "", stderr))
+    lines = error_lines(stderr)
     assert process.returncode == 1 and len(lines) == 1 and "interrupted at step" in lines[0], stderr
     run_dir = only_run_dir(tmp_path)
     checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
