@@ -574,11 +574,19 @@ def line_style(scripts: list[str], script: str) -> str:
 
 
 def figure_legend(fig, axes) -> None:
-    """One legend for the figure, below the panels, so that it covers no curve; labels in the order first drawn."""
-    handles = {}
+    """One legend for the figure, below the panels, so that it covers no curve; labels in the order first drawn. A
+    group labelled with its number of seeds, "TD3 (3)", that has other numbers in other panels gets one entry with
+    their range, "TD3 (2-3)"."""
+    handles, seeds = {}, {}
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
+            counted = re.fullmatch(r"(.*) \((\d+)\)", label)
+            name = counted.group(1) if counted else label
+            handles.setdefault(name, handle)
+            if counted:
+                seeds.setdefault(name, set()).add(int(counted.group(2)))
+    ranges = {name: f"{min(n)}-{max(n)}" if len(n) > 1 else f"{min(n)}" for name, n in seeds.items()}
+    handles = {f"{name} ({ranges[name]})" if name in ranges else name: handle for name, handle in handles.items()}
     if handles:
         per_panel = 2 if max(len(label) for label in handles) <= 24 else 1  # labels side by side per panel's width
         columns = min(len(handles), per_panel * axes.shape[1])

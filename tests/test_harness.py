@@ -426,6 +426,23 @@ def test_figures_name_methods_as_the_paper_and_keep_one_colour_each():
     assert len({name for name, _ in aggregate.METHODS.values()}) == len({c for _, c in aggregate.METHODS.values()})
 
 
+def test_the_legend_names_each_group_once_with_its_seeds_over_the_panels():
+    """A group drawn in several panels with different numbers of seeds gets one legend entry with their range."""
+    fig, axes = aggregate.plt.subplots(2, 1, squeeze=False)
+    axes[0, 0].plot([0, 1], label="TD3 (3)")
+    axes[0, 0].plot([0, 1], label="MAGE (3)")
+    axes[1, 0].plot([0, 1], label="TD3 (2)")
+    axes[1, 0].plot([0, 1], label="DSDPG-MSMMD (2)")
+    axes[1, 0].plot([0, 1], label="TD3 (3)")
+    axes[1, 0].plot([0, 1], label="a curve without a count")
+    aggregate.figure_legend(fig, axes)
+    [legend] = fig.legends
+    labels = [text.get_text() for text in legend.get_texts()]
+    assert labels == ["TD3 (2-3)", "MAGE (3)", "DSDPG-MSMMD (2)", "a curve without a count"]
+    assert legend.legend_handles[0].get_color() == axes[0, 0].get_lines()[0].get_color()  # the first one drawn
+    aggregate.plt.close(fig)
+
+
 def test_trend_plots_the_tables_means_against_m(tmp_path, monkeypatch):
     """With runs at two or more PointMass<M>-v0, trend.png draws each method's mean final return and nAUC at its M,
     sorted by M, with the table's 95% CI as band (one M only: a point with error bars); with one M there is no
