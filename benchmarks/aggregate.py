@@ -573,20 +573,17 @@ def line_style(scripts: list[str], script: str) -> str:
     return ("-", "--", ":", "-.")[siblings.index(script) % 4]
 
 
-def figure_legend(fig, axes) -> None:
-    """One legend for the figure, below the panels, so that it covers no curve; labels in the order first drawn. A
-    group labelled with its number of seeds, "TD3 (3)", that has other numbers in other panels gets one entry with
-    their range, "TD3 (2-3)"."""
-    handles, seeds = {}, {}
+def figure_legend(fig, axes, seeds: dict[str, set[int]] | None = None) -> None:
+    """One legend for the figure, below the panels, so that it covers no curve; labels in the order first drawn.
+    `seeds`: each label's numbers of seeds over the panels, shown after it ("TD3 (3)", or "TD3 (2-3)" where panels
+    differ)."""
+    handles = {}
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
-            counted = re.fullmatch(r"(.*) \((\d+)\)", label)
-            name = counted.group(1) if counted else label
-            handles.setdefault(name, handle)
-            if counted:
-                seeds.setdefault(name, set()).add(int(counted.group(2)))
-    ranges = {name: f"{min(n)}-{max(n)}" if len(n) > 1 else f"{min(n)}" for name, n in seeds.items()}
-    handles = {f"{name} ({ranges[name]})" if name in ranges else name: handle for name, handle in handles.items()}
+            handles.setdefault(label, handle)
+    if seeds:
+        counts = {label: f"{min(n)}-{max(n)}" if len(n) > 1 else f"{min(n)}" for label, n in seeds.items()}
+        handles = {f"{label} ({counts[label]})" if label in counts else label: h for label, h in handles.items()}
     if handles:
         per_panel = 2 if max(len(label) for label in handles) <= 24 else 1  # labels side by side per panel's width
         columns = min(len(handles), per_panel * axes.shape[1])
@@ -626,6 +623,7 @@ def plot_curves(path: str, groups: dict) -> None:
     """Median eval return against env steps with a 25-75% band per script; one panel per (env, noise)."""
     envs, noises, scripts = panels(groups)
     fig, axes = figure(envs, noises)
+    seeds = defaultdict(set)  # method name: its numbers of seeds over the panels
     for (script, env, noise), members in groups.items():
         ax = axes[envs.index(env), noises.index(noise)]
         steps, returns = align_curves(members)
@@ -638,15 +636,16 @@ def plot_curves(path: str, groups: dict) -> None:
             median,
             color=colour(scripts, script),
             linestyle=line_style(scripts, script),
-            label=f"{method_name(script)} ({len(members)})",
+            label=method_name(script),
             marker="." if len(steps) <= 12 else None,
         )
+        seeds[method_name(script)].add(len(members))
         ax.fill_between(steps, q25, q75, color=colour(scripts, script), alpha=0.15)
     for ax in axes.flat:
         ax.set_xlabel("environment steps", fontsize=8)
         ax.set_ylabel("evaluation return (per episode)", fontsize=8)
         ax.tick_params(labelsize=7)
-    figure_legend(fig, axes)
+    figure_legend(fig, axes, seeds)
     fig.suptitle("Evaluation return: median over seeds\n(number of seeds), 25-75% band", fontsize=10)
     fig.savefig(path, dpi=120)
     plt.close(fig)

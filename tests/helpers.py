@@ -5,6 +5,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import runpy
 import signal
 import subprocess
@@ -101,8 +102,8 @@ def run_script_in_process(script: str, *flags: str, cwd: str | Path) -> subproce
 def error_lines(result: subprocess.CompletedProcess | str) -> list[str]:
     """The non-empty lines of a result's stderr (or of a stderr string), progress-bar redraws removed."""
     stderr = result if isinstance(result, str) else result.stderr
-    bar_marks = ("it/s", "s/it", "%|")
-    return [line for line in stderr.replace("\r", "\n").splitlines() if line.strip() and not any(m in line for m in bar_marks)]
+    bar = re.compile(r"\d%\||(it/s|s/it)[,\]]")  # tqdm's "77%|███" and "10.20it/s, ...]" or "?it/s]"
+    return [line for line in stderr.replace("\r", "\n").splitlines() if line.strip() and not bar.search(line)]
 
 
 def read_wandb_run(run_file: str | Path) -> tuple[list[dict], dict]:

@@ -429,18 +429,33 @@ def test_figures_name_methods_as_the_paper_and_keep_one_colour_each():
 def test_the_legend_names_each_group_once_with_its_seeds_over_the_panels():
     """A group drawn in several panels with different numbers of seeds gets one legend entry with their range."""
     fig, axes = aggregate.plt.subplots(2, 1, squeeze=False)
-    axes[0, 0].plot([0, 1], label="TD3 (3)")
-    axes[0, 0].plot([0, 1], label="MAGE (3)")
-    axes[1, 0].plot([0, 1], label="TD3 (2)")
-    axes[1, 0].plot([0, 1], label="DSDPG-MSMMD (2)")
-    axes[1, 0].plot([0, 1], label="TD3 (3)")
-    axes[1, 0].plot([0, 1], label="a curve without a count")
-    aggregate.figure_legend(fig, axes)
+    axes[0, 0].plot([0, 1], color="C0", label="TD3")
+    axes[0, 0].plot([0, 1], color="C1", label="TD3 (Dyna)")
+    axes[1, 0].plot([0, 1], color="C2", label="TD3 (Dyna)")  # the first one drawn is kept
+    axes[1, 0].plot([0, 1], color="C3", label="DSDPG-MSMMD")
+    axes[1, 0].plot([0, 1], color="C4", label="a curve without a count")
+    seeds = {"TD3": {3}, "TD3 (Dyna)": {3, 2}, "DSDPG-MSMMD": {2}}
+    aggregate.figure_legend(fig, axes, seeds)
     [legend] = fig.legends
     labels = [text.get_text() for text in legend.get_texts()]
-    assert labels == ["TD3 (2-3)", "MAGE (3)", "DSDPG-MSMMD (2)", "a curve without a count"]
-    assert legend.legend_handles[0].get_color() == axes[0, 0].get_lines()[0].get_color()  # the first one drawn
+    assert labels == ["TD3 (3)", "TD3 (Dyna) (2-3)", "DSDPG-MSMMD (2)", "a curve without a count"]
+    assert [handle.get_color() for handle in legend.legend_handles] == ["C0", "C1", "C3", "C4"]
     aggregate.plt.close(fig)
+
+
+def test_the_curves_legend_counts_each_groups_seeds_in_every_panel(tmp_path, monkeypatch):
+    """plot_curves labels a group with its seeds per panel: 3 on one env and 2 on another give "(2-3)"."""
+    runs = [{"seed": seed, "eval_steps": [1, 2], "eval_returns": [seed, seed + 1.0]} for seed in (1, 2, 3)]
+    groups = {
+        ("td3_huber_no_dyna", "A-v4", "mult"): runs,
+        ("td3_huber_no_dyna", "B-v4", "mult"): runs[:2],
+        ("mage_huber_sobolev", "B-v4", "mult"): runs[:2],
+    }
+    legends = []
+    monkeypatch.setattr(aggregate.plt.Figure, "savefig", lambda fig, *a, **k: legends.extend(fig.legends))
+    aggregate.plot_curves(str(tmp_path / "curves.png"), groups)
+    [legend] = legends
+    assert [text.get_text() for text in legend.get_texts()] == ["TD3 (2-3)", "MAGE (2)"]
 
 
 def test_trend_plots_the_tables_means_against_m(tmp_path, monkeypatch):
