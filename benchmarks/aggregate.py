@@ -631,15 +631,16 @@ def plot_curves(path: str, groups: dict) -> None:
             warn(f"{script}/{env}/{noise}: the seeds share no eval step; no curve")
             continue
         q25, median, q75 = np.percentile(returns, [25, 50, 75], axis=0)
+        name = method_name(script)
         ax.plot(
             steps,
             median,
             color=colour(scripts, script),
             linestyle=line_style(scripts, script),
-            label=method_name(script),
+            label=name,
             marker="." if len(steps) <= 12 else None,
         )
-        seeds[method_name(script)].add(len(members))
+        seeds[name].add(len(members))
         ax.fill_between(steps, q25, q75, color=colour(scripts, script), alpha=0.15)
     for ax in axes.flat:
         ax.set_xlabel("environment steps", fontsize=8)

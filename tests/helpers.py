@@ -99,11 +99,13 @@ def run_script_in_process(script: str, *flags: str, cwd: str | Path) -> subproce
     return subprocess.CompletedProcess([script, *flags], status, stdout.getvalue(), stderr.getvalue())
 
 
+PROGRESS_BAR = re.compile(r"\d%\||(it/s|s/it)[,\]]")  # tqdm's "77%|███" and "10.20it/s, ...]" or "?it/s]"
+
+
 def error_lines(result: subprocess.CompletedProcess | str) -> list[str]:
     """The non-empty lines of a result's stderr (or of a stderr string), progress-bar redraws removed."""
     stderr = result if isinstance(result, str) else result.stderr
-    bar = re.compile(r"\d%\||(it/s|s/it)[,\]]")  # tqdm's "77%|███" and "10.20it/s, ...]" or "?it/s]"
-    return [line for line in stderr.replace("\r", "\n").splitlines() if line.strip() and not bar.search(line)]
+    return [line for line in stderr.replace("\r", "\n").splitlines() if line.strip() and not PROGRESS_BAR.search(line)]
 
 
 def read_wandb_run(run_file: str | Path) -> tuple[list[dict], dict]:
