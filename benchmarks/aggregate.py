@@ -631,17 +631,17 @@ def plot_curves(path: str, groups: dict) -> None:
             warn(f"{script}/{env}/{noise}: the seeds share no eval step; no curve")
             continue
         q25, median, q75 = np.percentile(returns, [25, 50, 75], axis=0)
-        name = method_name(script)
+        name, color = method_name(script), colour(scripts, script)
         ax.plot(
             steps,
             median,
-            color=colour(scripts, script),
+            color=color,
             linestyle=line_style(scripts, script),
             label=name,
             marker="." if len(steps) <= 12 else None,
         )
         seeds[name].add(len(members))
-        ax.fill_between(steps, q25, q75, color=colour(scripts, script), alpha=0.15)
+        ax.fill_between(steps, q25, q75, color=color, alpha=0.15)
     for ax in axes.flat:
         ax.set_xlabel("environment steps", fontsize=8)
         ax.set_ylabel("evaluation return (per episode)", fontsize=8)
