@@ -677,6 +677,59 @@ def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path, mon
     )
 
 
+def test_episodes_counts_the_training_episodes_after_a_step(tmp_path):
+    """episodes.py: per run, the training episodes ending after --after (over a resumed run's event files, the later
+    file winning a step), those shorter than the time limit, their median length, their total return over their total
+    length; other env ids left out; bad flags and a run without episodes refused; --save keeps the numbers, which stand
+    in once the events are gone, at the same settings only."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    episodes = load_benchmark("episodes")
+    run, other = tmp_path / "grid" / "1", tmp_path / "grid" / "2"
+    write_summary(run, "td3_huber", "E", 1, [100, 200], [10.0, 20.0])
+    write_summary(other, "td3_huber", "Other", 1, [100], [5.0])  # another env: left out
+    files = (
+        [(40, 1000.0, 900.0), (60, 20.0, 30.0), (90, 50.0, 70.0)],
+        [(90, 30.0, 60.0), (120, 1000.0, 2000.0), (150, 10.0, 5.0)],
+    )  # resumed at 90: the later file's episode wins that step
+    for part in files:
+        with SummaryWriter(str(run)) as writer:
+            for step, length, episode_return in part:
+                writer.add_scalar("charts/episodic_length", length, step)
+                writer.add_scalar("charts/episodic_return", episode_return, step)
+        time.sleep(0.05)
+    table = episodes.episodes_table(episodes.Args(str(tmp_path / "grid"), env_id="E", after=50))
+    # after 50: lengths 20, 30, 1000, 10 (three fell, median 25), returns 30 + 60 + 2000 + 5 = 2 095 over 1 060 steps
+    assert "| td3_huber | 1 | 4 | 3 | 25 | 1.98 | 20 |" in table and "Other" not in table
+    assert episodes.episodes_table(episodes.Args(str(tmp_path / "grid"), env_id="E", after=40)) == table.replace(
+        "after step 50", "after step 40"
+    )  # the episode that ends at step 40 is not after it
+    table = episodes.episodes_table(episodes.Args(str(tmp_path / "grid"), env_id="E", after=30, max_episode_steps=20))
+    assert "| td3_huber | 1 | 5 | 1 | 30 | 1.45 | 20 |" in table  # 1000, 20, 30, 1000, 10: only 10 < 20
+    for flags, message in (
+        ({"after": -1}, "--after must be >= 0"),
+        ({"max_episode_steps": 0}, "--max-episode-steps must be >= 1"),
+        ({"env_id": "F"}, f"no finished run (summary.json) of F under {tmp_path / 'grid'}"),
+        ({"after": 150}, f"{run} has no training episode ending after step 150"),
+    ):
+        with pytest.raises(SystemExit) as refused:
+            episodes.episodes_table(episodes.Args(str(tmp_path / "grid"), **{"env_id": "E", **flags}))
+        assert refused.value.code == f"episodes.py: error: {message}"
+    saved_args = episodes.Args(str(tmp_path / "grid"), env_id="E", after=50, save=True)
+    before = episodes.episodes_table(saved_args)
+    saved = json.loads((run / "summary.json").read_text())["episodes"]
+    assert (saved["after"], saved["episodes"], saved["fell"], saved["median_length"]) == (50, 4, 3, 25.0)
+    for events in run.glob("events.out.tfevents.*"):
+        events.unlink()
+    assert episodes.episodes_table(replace(saved_args, save=False)) == before
+    with pytest.raises(SystemExit) as refused:
+        episodes.episodes_table(replace(saved_args, after=60))
+    assert refused.value.code == (
+        f"episodes.py: error: {run} has no charts/episodic_length events (they stay on the machine that ran it) and its"
+        " summary.json no `episodes` at these settings"
+    )
+
+
 def test_logged_diagnostics_reduce_each_tag_per_evaluation_interval(tmp_path):
     """logged_diagnostics.py: each tag a run logged, per evaluation interval (previous evaluation, this one], reduced to
     count, min, median, max (over a resumed run's files, the later one winning a step; a value logged at an evaluation
