@@ -87,9 +87,11 @@ def run_episodes(run: dict, args: Args) -> dict:
         "median_length": float(np.median(length)),
         "reward_per_step": float(episode_return.sum() / length.sum()),
     }
-    if args.save and saved is None:  # numbers saved earlier are never replaced
+    if args.save and saved is None:
         summary["episodes"] = {**settings, **counted, "source": "the run's TensorBoard events, saved by episodes.py"}
         rewrite_summary(path, summary)
+    elif args.save:  # numbers saved earlier are never replaced
+        print(f"episodes.py: warning: {path} keeps the `episodes` saved at other settings; not saved", file=sys.stderr)
     return counted
 
 

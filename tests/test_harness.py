@@ -677,11 +677,11 @@ def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path, mon
     )
 
 
-def test_episodes_counts_the_training_episodes_after_a_step(tmp_path):
+def test_episodes_counts_the_training_episodes_after_a_step(tmp_path, capsys):
     """episodes.py: per run, the training episodes ending after --after (over a resumed run's event files, the later
     file winning a step), those shorter than the time limit, their median length, their total return over their total
-    length; other env ids left out; bad flags and a run without episodes refused; --save keeps the numbers, which stand
-    in once the events are gone, at the same settings only."""
+    length; other env ids left out; bad flags and a run without episodes refused; --save keeps the numbers (never over
+    those saved at other settings: a warning), which stand in once the events are gone, at the same settings only."""
     from torch.utils.tensorboard import SummaryWriter
 
     episodes = load_benchmark("episodes")
@@ -719,6 +719,9 @@ def test_episodes_counts_the_training_episodes_after_a_step(tmp_path):
     before = episodes.episodes_table(saved_args)
     saved = json.loads((run / "summary.json").read_text())["episodes"]
     assert (saved["after"], saved["episodes"], saved["fell"], saved["median_length"]) == (50, 4, 3, 25.0)
+    episodes.episodes_table(replace(saved_args, after=40))  # other settings: read, not saved over the first
+    assert json.loads((run / "summary.json").read_text())["episodes"] == saved
+    assert "keeps the `episodes` saved at other settings; not saved" in capsys.readouterr().err
     for events in run.glob("events.out.tfevents.*"):
         events.unlink()
     assert episodes.episodes_table(replace(saved_args, save=False)) == before
