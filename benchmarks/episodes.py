@@ -3,7 +3,7 @@
 For every finished run under RUNS_DIR of one env id (found as `aggregate.py` finds them, through their summary.json):
 the training episodes that end after `--after` (`charts/episodic_length` and `charts/episodic_return`, read back from
 the run's TensorBoard files; a resumed run's later file wins a step it repeats), how many ended before the time limit
-(`--max-episode-steps`: on Walker2d and Hopper the walker fell), their median length, and the reward per step (their
+(`--max-episode-steps`: on Walker2d and Hopper the body fell), their median length, and the reward per step (their
 total return over their total length). On Walker2d-v4 the healthy bonus is 1 of it: what is above 1 is mostly forward
 progress, less the control cost.
 
