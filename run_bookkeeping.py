@@ -173,17 +173,19 @@ def readable_bytes(size: float) -> str:
 VALUE_TAG, VALUE_WINDOW = "losses/qf1_values", 2000
 
 
-def logged_scalars(run_dir: str, tag: str) -> dict[int, float]:
-    """One TensorBoard scalar of a run by env step, over all its event files (a resumed run has several; the latest
-    file wins a step); empty if the run logged none."""
+def logged_scalars(run_dir: str, *tags: str) -> dict[str, dict[int, float]]:
+    """TensorBoard scalars of a run by env step (tag -> {step: value}), each event file read once, over all its event
+    files (a resumed run has several; the latest file wins a step); a tag the run never logged maps to {}."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    values: dict[int, float] = {}
+    values: dict[str, dict[int, float]] = {tag: {} for tag in tags}
     for path in sorted(glob.glob(os.path.join(glob.escape(run_dir), "events.out.tfevents.*")), key=os.path.getmtime):
         events = EventAccumulator(path, size_guidance={"scalars": 0})
         events.Reload()
-        if tag in events.Tags()["scalars"]:
-            values.update({event.step: event.value for event in events.Scalars(tag)})
+        logged = set(events.Tags()["scalars"])
+        for tag in tags:
+            if tag in logged:
+                values[tag].update({event.step: event.value for event in events.Scalars(tag)})
     return values
 
 
@@ -191,7 +193,7 @@ def critic_values(run_dir: str, window: int = VALUE_WINDOW) -> dict | None:
     """The first critic's logged values (VALUE_TAG, every 100 steps) over all of a run's event files (a resumed run has
     several; the latest file wins a step): their mean over the last `window` env steps logged and their largest, what
     benchmarks/value_check.py tabulates; None if the run logged none (it ended before learning)."""
-    values = logged_scalars(run_dir, VALUE_TAG)
+    values = logged_scalars(run_dir, VALUE_TAG)[VALUE_TAG]
     if not values:
         return None
     last = max(values)

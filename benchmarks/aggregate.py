@@ -78,6 +78,7 @@ import os
 import re
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -284,11 +285,30 @@ def read_run(path: str, run_dir: str, split_by: list[str] = (), until_step: int 
     }
 
 
-def rewrite_summary(path: str, summary: dict) -> None:
-    """Write a run's summary.json back atomically (a tool adding what it read from the run's events)."""
+def numbers_in_summary(
+    run_dir: str, key: str, settings: dict, read_events: Callable[[], dict | None], save: bool, tool: str, how: str = ""
+) -> dict | None:
+    """The numbers a tool keeps in a run's summary.json under `key`: those saved there at `settings`, else
+    `read_events()` (the run's event files; None where it has none). With `save` the numbers read are written into the
+    summary (atomically) with their settings and their source (saved by `tool`, `how` added), never over numbers saved
+    at other settings (a warning on stderr instead)."""
+    path = os.path.join(run_dir, "summary.json")
+    with open(path) as f:
+        summary = json.load(f)
+    saved = summary.get(key)
+    if saved is not None and all(saved.get(name) == value for name, value in settings.items()):
+        return saved
+    counted = read_events()
+    if not save or counted is None:
+        return counted
+    if saved is not None:
+        print(f"{tool}: warning: {path} keeps the `{key}` saved at other settings; not saved", file=sys.stderr)
+        return counted
+    summary[key] = {**settings, **counted, "source": f"the run's TensorBoard events, saved by {tool}{how}"}
     with open(path + ".tmp", "w") as f:
         json.dump(summary, f, indent=2)
     os.replace(path + ".tmp", path)
+    return counted
 
 
 def print_table(table: str, out: str | None) -> None:

@@ -15,7 +15,6 @@ Usage:
     python benchmarks/episodes.py benchmarks/mujoco_cpu/grid --env-id Walker2d-v4 --after 50000 --save
 """
 
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from aggregate import load_runs, print_table, rewrite_summary  # noqa: E402
+from aggregate import load_runs, numbers_in_summary, print_table  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from run_bookkeeping import fail as fail_with  # noqa: E402
@@ -61,38 +60,31 @@ def fail(message: str) -> None:
 def run_episodes(run: dict, args: Args) -> dict:
     """episodes, fell (ended before the time limit), median_length, reward_per_step, of the training episodes that end
     after `args.after`; read from the summary's `episodes` when it was saved at these settings, else from the events."""
-    path = os.path.join(run["run_dir"], "summary.json")
-    with open(path) as f:
-        summary = json.load(f)
+
+    def read_events() -> dict:
+        logged = logged_scalars(run["run_dir"], LENGTH_TAG, RETURN_TAG)
+        lengths, returns = logged[LENGTH_TAG], logged[RETURN_TAG]
+        if not lengths:
+            fail(
+                f"{run['run_dir']} has no {LENGTH_TAG} events (they stay on the machine that ran it) and its"
+                " summary.json no `episodes` at these settings"
+            )
+        steps = sorted(step for step in lengths if step > args.after)
+        if not steps:
+            fail(f"{run['run_dir']} has no training episode ending after step {args.after}")
+        if any(step not in returns for step in steps):
+            fail(f"{run['run_dir']} logged an episode's {LENGTH_TAG} without its {RETURN_TAG}")
+        length = np.array([lengths[step] for step in steps])  # (E,)
+        episode_return = np.array([returns[step] for step in steps])  # (E,)
+        return {
+            "episodes": len(steps),
+            "fell": int(np.sum(length < args.max_episode_steps)),
+            "median_length": float(np.median(length)),
+            "reward_per_step": float(episode_return.sum() / length.sum()),
+        }
+
     settings = {"after": args.after, "max_episode_steps": args.max_episode_steps}
-    saved = summary.get("episodes")
-    if saved is not None and all(saved[name] == value for name, value in settings.items()):
-        return saved
-    lengths, returns = logged_scalars(run["run_dir"], LENGTH_TAG), logged_scalars(run["run_dir"], RETURN_TAG)
-    if not lengths:
-        fail(
-            f"{run['run_dir']} has no {LENGTH_TAG} events (they stay on the machine that ran it) and its summary.json no"
-            " `episodes` at these settings"
-        )
-    steps = sorted(step for step in lengths if step > args.after)
-    if not steps:
-        fail(f"{run['run_dir']} has no training episode ending after step {args.after}")
-    if any(step not in returns for step in steps):
-        fail(f"{run['run_dir']} logged an episode's {LENGTH_TAG} without its {RETURN_TAG}")
-    length = np.array([lengths[step] for step in steps])  # (E,)
-    episode_return = np.array([returns[step] for step in steps])  # (E,)
-    counted = {
-        "episodes": len(steps),
-        "fell": int(np.sum(length < args.max_episode_steps)),
-        "median_length": float(np.median(length)),
-        "reward_per_step": float(episode_return.sum() / length.sum()),
-    }
-    if args.save and saved is None:
-        summary["episodes"] = {**settings, **counted, "source": "the run's TensorBoard events, saved by episodes.py"}
-        rewrite_summary(path, summary)
-    elif args.save:  # numbers saved earlier are never replaced
-        print(f"episodes.py: warning: {path} keeps the `episodes` saved at other settings; not saved", file=sys.stderr)
-    return counted
+    return numbers_in_summary(run["run_dir"], "episodes", settings, read_events, args.save, "episodes.py")
 
 
 def episodes_table(args: Args) -> str:

@@ -19,7 +19,6 @@ Usage:
 """
 
 import glob
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from aggregate import load_runs, print_table, rewrite_summary  # noqa: E402
+from aggregate import load_runs, numbers_in_summary, print_table  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from run_bookkeeping import fail as fail_with  # noqa: E402
@@ -86,25 +85,18 @@ def run_logged(run: dict, save: bool = False) -> dict | None:
     """The run's tags per evaluation interval (tag -> per_interval's dict; the tags it did not log are absent): from its
     summary's `logged`, else from its event files (None if it has neither), and with `save` written into its
     summary.json."""
-    path = os.path.join(run["run_dir"], "summary.json")
-    with open(path) as f:
-        summary = json.load(f)
-    if "logged" in summary:
-        return summary["logged"]["tags"]
-    if not glob.glob(os.path.join(glob.escape(run["run_dir"]), "events.out.tfevents.*")):
-        return None
-    tags, first_steps = {}, []
-    for tag in TAGS:
-        values = logged_scalars(run["run_dir"], tag)
-        first_steps += [min(values)] if values else []
-        reduced = per_interval(values, run["eval_steps"])
-        if reduced is not None:
-            tags[tag] = reduced
-    if save:  # a run that logged none of TAGS saves that too; a resumed run's events may start late (first_logged_step)
-        source = "the run's TensorBoard events, saved by logged_diagnostics.py"
-        summary["logged"] = {"tags": tags, "first_logged_step": min(first_steps, default=None), "source": source}
-        rewrite_summary(path, summary)
-    return tags
+
+    def read_events() -> dict | None:
+        if not glob.glob(os.path.join(glob.escape(run["run_dir"]), "events.out.tfevents.*")):
+            return None
+        logged = logged_scalars(run["run_dir"], *TAGS)
+        tags = {tag: reduced for tag in TAGS if (reduced := per_interval(logged[tag], run["eval_steps"])) is not None}
+        # a run that logged none of TAGS saves that too; a resumed run's events may start late (first_logged_step)
+        first_logged_step = min((min(values) for values in logged.values() if values), default=None)
+        return {"tags": tags, "first_logged_step": first_logged_step}
+
+    logged = numbers_in_summary(run["run_dir"], "logged", {}, read_events, save, "logged_diagnostics.py")
+    return None if logged is None else logged["tags"]
 
 
 def since(reduced: dict, after: int, eval_steps: list[int]) -> dict:

@@ -21,7 +21,6 @@ Usage:
         --out benchmarks/mujoco_cpu/stability.md --save
 """
 
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from aggregate import load_runs, print_table, rewrite_summary  # noqa: E402
+from aggregate import load_runs, numbers_in_summary, print_table  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from run_bookkeeping import VALUE_TAG, logged_scalars  # noqa: E402
@@ -92,35 +91,30 @@ def run_stability(run: dict, args: Args) -> dict:
         (step, value) for step, value in zip(run["eval_steps"], run["eval_returns"]) if step > first and value < args.held
     ]
     row.update(first_solved=first, drops=drops)
-    path = os.path.join(run["run_dir"], "summary.json")
-    with open(path) as f:
-        summary = json.load(f)
     settings = {"solved": args.solved, "max_episode_steps": args.max_episode_steps, "window": args.window}
-    saved = summary.get("stability")
-    if saved is not None and all(saved[name] == value for name, value in settings.items()):
-        return {**row, **{name: saved[name] for name in EVENT_FIELDS}}
-    lengths = logged_scalars(run["run_dir"], LENGTH_TAG)
-    if not lengths:
-        fail(
-            f"{run['run_dir']} has no {LENGTH_TAG} events (they stay on the machine that ran it) and its summary.json no"
-            " `stability` at these settings"
-        )
-    after = np.array([length for step, length in lengths.items() if step > first])
-    fell = after[after < args.max_episode_steps]
-    values = logged_scalars(run["run_dir"], VALUE_TAG)
-    window = np.array([length for step, length in lengths.items() if first < step <= first + args.window])
-    counted = {
-        "full": int(len(after) - len(fell)),
-        "fell": len(fell),
-        "q_solved": mean_near(values, first),
-        "q_later": mean_near(values, first + args.window),
-        "full_window": int(np.sum(window >= args.max_episode_steps)),
-        "fell_window": int(np.sum(window < args.max_episode_steps)),
-    }
-    if args.save and saved is None:  # numbers saved earlier are never replaced
-        summary["stability"] = {**settings, **counted, "source": "the run's TensorBoard events, saved by stability.py"}
-        rewrite_summary(path, summary)
-    return {**row, **counted}
+
+    def read_events() -> dict:
+        logged = logged_scalars(run["run_dir"], LENGTH_TAG, VALUE_TAG)
+        lengths, values = logged[LENGTH_TAG], logged[VALUE_TAG]
+        if not lengths:
+            fail(
+                f"{run['run_dir']} has no {LENGTH_TAG} events (they stay on the machine that ran it) and its summary.json"
+                " no `stability` at these settings"
+            )
+        after = np.array([length for step, length in lengths.items() if step > first])
+        fell = after[after < args.max_episode_steps]
+        window = np.array([length for step, length in lengths.items() if first < step <= first + args.window])
+        return {
+            "full": int(len(after) - len(fell)),
+            "fell": len(fell),
+            "q_solved": mean_near(values, first),
+            "q_later": mean_near(values, first + args.window),
+            "full_window": int(np.sum(window >= args.max_episode_steps)),
+            "fell_window": int(np.sum(window < args.max_episode_steps)),
+        }
+
+    counted = numbers_in_summary(run["run_dir"], "stability", settings, read_events, args.save, "stability.py")
+    return {**row, **{name: counted[name] for name in EVENT_FIELDS}}
 
 
 def stability_table(args: Args) -> str:

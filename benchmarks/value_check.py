@@ -13,7 +13,6 @@ Usage:
     python benchmarks/value_check.py benchmarks/toy_utd10/grid --bound 10 --out benchmarks/toy_utd10/value_check.md
 """
 
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from aggregate import load_runs, print_table, rewrite_summary  # noqa: E402
+from aggregate import load_runs, numbers_in_summary, print_table  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from run_bookkeeping import VALUE_TAG, critic_values  # noqa: E402
@@ -48,19 +47,17 @@ class Args:
 
 def run_values(run: dict, window: int, save: bool = False) -> dict | None:
     """The run's critic values over `window`: its summary's `critic_values` where they are over that window, else read
-    from its event files (None where neither has them), and with `save` written into its summary.json."""
-    path = os.path.join(run["run_dir"], "summary.json")
-    with open(path) as f:
-        summary = json.load(f)
-    saved = summary.get("critic_values")
-    if saved is not None and saved["window_steps"] == window:
-        return saved
-    values = critic_values(run["run_dir"], window)
-    if save and values is not None and saved is None:  # values the run saved itself are never replaced
-        source = "the run's TensorBoard events, saved by value_check.py --save-values (the run predates the field)"
-        summary["critic_values"] = {**values, "source": source}
-        rewrite_summary(path, summary)
-    return values
+    from its event files (None where neither has them), and with `save` written into its summary.json (a run from a
+    commit older than that field)."""
+    return numbers_in_summary(
+        run["run_dir"],
+        "critic_values",
+        {"window_steps": window},
+        lambda: critic_values(run["run_dir"], window),
+        save,
+        "value_check.py",
+        " --save-values (the run predates the field)",
+    )
 
 
 def fail(message: str) -> None:

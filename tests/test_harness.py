@@ -617,11 +617,12 @@ def test_mujoco_cpu_lanes_each_run_every_group_their_own_first(tmp_path):
     assert per_task == {"Inv": 8 * 5, "Hal": 6 * 3, "Wal": 3 * 2}  # 64 runs
 
 
-def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path, monkeypatch):
+def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path, monkeypatch, capsys):
     """stability.py: per run, the first evaluation >= --solved, the training episodes ending after it that reached the
     time limit or fell (over a resumed run's event files, the later file winning a step), the evaluations below
     --held after it; the critic's mean value near the first solve and --window later, the episodes in that window; a
-    run that never solved; the per-script totals; other env ids left out; bad flags refused."""
+    run that never solved; the per-script totals; other env ids left out; bad flags refused; --save keeps the numbers
+    (never over those saved at other settings: a warning), which stand in once the events are gone."""
     from torch.utils.tensorboard import SummaryWriter
 
     stability = load_benchmark("stability")
@@ -664,6 +665,10 @@ def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path, mon
     before = stability.stability_table(saved_args)
     assert json.loads((solved_run / "summary.json").read_text())["stability"]["fell"] == 1
     assert "stability" not in json.loads((never_run / "summary.json").read_text())  # nothing read from its events
+    saved = json.loads((solved_run / "summary.json").read_text())["stability"]
+    stability.stability_table(replace(saved_args, window=200))  # other settings: read, not saved over the first
+    assert json.loads((solved_run / "summary.json").read_text())["stability"] == saved
+    assert "keeps the `stability` saved at other settings; not saved" in capsys.readouterr().err
     for events in solved_run.glob("events.out.tfevents.*"):
         events.unlink()
     assert stability.stability_table(replace(saved_args, save=False, held=7000)) == before.replace(

@@ -165,3 +165,21 @@ def test_no_cpu_note_on_a_gpu(started_run, monkeypatch, capsys):
     for step in range(0, 1000, 100):
         run.log_speed(step)
     assert "note:" not in capsys.readouterr().err
+
+
+def test_logged_scalars_reads_every_tag_in_one_pass_over_a_resumed_runs_files(tmp_path, monkeypatch):
+    """run_bookkeeping.logged_scalars: several tags over a resumed run's event files, each file loaded once, the later
+    file winning a step it repeats; a tag the run never logged maps to {}."""
+    from tensorboard.backend.event_processing import event_accumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    for part in ([("a", 1, 1.0), ("b", 1, 10.0), ("a", 2, 2.0)], [("a", 2, 3.0), ("b", 3, 30.0)]):  # resumed at 2
+        with SummaryWriter(str(tmp_path)) as writer:
+            for tag, step, value in part:
+                writer.add_scalar(tag, value, step)
+        time.sleep(0.05)  # distinct modification times, and SummaryWriter's file names carry the second
+    loaded, reload = [], event_accumulator.EventAccumulator.Reload
+    monkeypatch.setattr(event_accumulator.EventAccumulator, "Reload", lambda self: loaded.append(self.path) or reload(self))
+    values = run_bookkeeping.logged_scalars(str(tmp_path), "a", "b", "c")
+    assert values == {"a": {1: 1.0, 2: 3.0}, "b": {1: 10.0, 3: 30.0}, "c": {}}
+    assert len(loaded) == len(set(loaded)) == 2
