@@ -304,7 +304,8 @@ def numbers_in_summary(
     if saved is not None:
         print(f"{tool}: warning: {path} keeps the `{key}` saved at other settings; not saved", file=sys.stderr)
         return counted
-    summary[key] = {**settings, **counted, "source": f"the run's TensorBoard events, saved by {tool}{how}"}
+    unsaid = {name: value for name, value in settings.items() if name not in counted}  # settings the numbers lack
+    summary[key] = {**unsaid, **counted, "source": f"the run's TensorBoard events, saved by {tool}{how}"}
     with open(path + ".tmp", "w") as f:
         json.dump(summary, f, indent=2)
     os.replace(path + ".tmp", path)

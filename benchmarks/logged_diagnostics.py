@@ -91,10 +91,10 @@ def run_logged(run: dict, save: bool = False) -> dict | None:
             return None
         logged = logged_scalars(run["run_dir"], *TAGS)
         tags = {tag: reduced for tag in TAGS if (reduced := per_interval(logged[tag], run["eval_steps"])) is not None}
-        # a run that logged none of TAGS saves that too; a resumed run's events may start late (first_logged_step)
         first_logged_step = min((min(values) for values in logged.values() if values), default=None)
         return {"tags": tags, "first_logged_step": first_logged_step}
 
+    # a run that logged none of TAGS saves that too; a resumed run's events may start late (first_logged_step)
     logged = numbers_in_summary(run["run_dir"], "logged", {}, read_events, save, "logged_diagnostics.py")
     return None if logged is None else logged["tags"]
 

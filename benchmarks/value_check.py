@@ -47,8 +47,8 @@ class Args:
 
 def run_values(run: dict, window: int, save: bool = False) -> dict | None:
     """The run's critic values over `window`: its summary's `critic_values` where they are over that window, else read
-    from its event files (None where neither has them), and with `save` written into its summary.json (a run from a
-    commit older than that field)."""
+    from its event files (None where neither has them); with `save`, values read from the events of a run from a commit
+    older than that field are written into its summary.json (never over values at another window: a warning)."""
     return numbers_in_summary(
         run["run_dir"],
         "critic_values",

@@ -351,10 +351,11 @@ def test_until_step_reads_every_run_at_one_horizon(tmp_path):
     assert refused.returncode == 1 and refused.stderr.strip() == "aggregate.py: error: --until-step must be >= 1"
 
 
-def test_value_check_reads_the_logged_values_of_every_run(tmp_path):
+def test_value_check_reads_the_logged_values_of_every_run(tmp_path, capsys):
     """value_check.py: the mean of losses/qf1_values over a run's last window of steps, its largest value (over the
     event files of a resumed run, the later file winning a step it repeats), the runs above the bound; a run without
-    the tag is refused in one line."""
+    the tag is refused in one line; --save-values keeps them in the order a run saves its own, never over values at
+    another window (a warning)."""
     from torch.utils.tensorboard import SummaryWriter
 
     value_check = load_benchmark("value_check")
@@ -388,6 +389,14 @@ def test_value_check_reads_the_logged_values_of_every_run(tmp_path):
     assert value_check.value_table(value_check.Args(str(tmp_path / "grid"), window=200)) == table  # ... without events
     saved = json.loads((tmp_path / "grid" / "2" / "summary.json").read_text())["critic_values"]
     assert saved["mean"] == 7.5 and saved["window_steps"] == 200 and "--save-values" in saved["source"]
+    assert list(saved) == ["tag", "window_steps", "mean", "max", "source"]  # the order a run saves its own values in
+    summary_path = tmp_path / "grid" / "1" / "summary.json"
+    saved_before = summary_path.read_text()
+    with SummaryWriter(str(tmp_path / "grid" / "1")) as writer:  # events again; values at another window: not saved
+        writer.add_scalar("losses/qf1_values", 1.0, 500)
+    value_check.value_table(value_check.Args(str(tmp_path / "grid"), window=100, save_values=True))
+    assert summary_path.read_text() == saved_before
+    assert "keeps the `critic_values` saved at other settings; not saved" in capsys.readouterr().err
     summary_path = tmp_path / "grid" / "3" / "summary.json"  # a committed run whose events are gone: its summary's values
     saved = json.loads(summary_path.read_text())
     saved["critic_values"] = {"tag": "losses/qf1_values", "window_steps": 200, "mean": 3.0, "max": 9.0}
