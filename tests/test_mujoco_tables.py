@@ -72,7 +72,7 @@ def test_methods_follow_aggregates_order_and_a_task_appears_once_it_has_a_row(tm
         "| Walker2d-v4 | DSDPG-MSMMD | 2 | 1 234 [1 224, 1 244] | 617 [616, 618] |",
     ]
     assert tables.readme_table(table).splitlines() == [
-        "| so far (median [95 % CI], seeds) | IDP final return | IDP nAUC | Walker2d final return |",
+        "| method (median [95 % CI], seeds) | IDP final return | IDP nAUC | Walker2d final return |",
         "|---|---|---|---|",
         "| TD3 `--no-dyna` (Huber) | 9 000 [8 990, 9 010] (3) | 4 500 [4 499, 4 501] (3) | |",
         "| MAGE | 800 [790, 810] (3) | 400 [399, 401] (3) | |",
@@ -89,9 +89,9 @@ def test_a_group_the_tool_does_not_name_is_refused_in_one_line(tmp_path):
 
 
 def test_write_replaces_only_its_table_even_when_a_task_adds_a_column():
-    old = "| so far (median [95 % CI], seeds) | IDP final return | IDP nAUC |\n|---|---|---|\n| MAGE | 1 (3) | 2 (3) |"
-    new = "| so far (median [95 % CI], seeds) | IDP final return | IDP nAUC | Walker2d final return |\n|---|---|---|---|"
-    other = "| so far (median [95 % CI], seeds) | IDP final return | HalfCheetah final return |\n|---|---|---|\n| x | 1 | 2 |"
+    old = "| method (median [95 % CI], seeds) | IDP final return | IDP nAUC |\n|---|---|---|\n| MAGE | 1 (3) | 2 (3) |"
+    new = "| method (median [95 % CI], seeds) | IDP final return | IDP nAUC | Walker2d final return |\n|---|---|---|---|"
+    other = "| method (median [95 % CI], seeds) | IDP final return | HalfCheetah final return |\n|---|---|---|\n| x | 1 | 2 |"
     text = f"# Results\n\n{old}\n\nprose after it\n\n{other}\n"
     assert tables.replace_table(text, new, "README.md") == f"# Results\n\n{new}\n\nprose after it\n\n{other}\n"
     for count, doc in ((0, other), (2, f"{old}\n\n{old}")):  # `other` shares two of the three cells
@@ -99,5 +99,5 @@ def test_write_replaces_only_its_table_even_when_a_task_adds_a_column():
             tables.replace_table(doc, new, "README.md")
         assert str(stop.value) == (
             f"tables.py: error: README.md has {count} tables starting "
-            "'| so far (median [95 % CI], seeds) | IDP final return | IDP nAUC |', not one"
+            "'| method (median [95 % CI], seeds) | IDP final return | IDP nAUC |', not one"
         )

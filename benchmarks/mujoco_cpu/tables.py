@@ -92,7 +92,7 @@ def readme_table(table: dict[tuple[str, str], dict]) -> str:
         for metric in README_COLUMNS.get(env, ("final_eval_return",))
     ]
     lines = [
-        "| so far (median [95 % CI], seeds) | " + " | ".join(label for _, _, label in columns) + " |",
+        "| method (median [95 % CI], seeds) | " + " | ".join(label for _, _, label in columns) + " |",
         "|---|" + "---|" * len(columns),
     ]
     for script in ordered({s for _, s in table}):
