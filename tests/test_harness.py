@@ -568,7 +568,7 @@ def test_env_ids_aggregates_only_those_envs_and_refuses_an_unknown_one(tmp_path,
 GRID_SCRIPTS = ["inverted_pendulum/inverted_pendulum", "toy_rl5/toy_rl5", "toy_utd10/toy_utd10", "toy_utd10/trend"]
 
 
-@pytest.mark.parametrize("script", [*GRID_SCRIPTS, "mujoco_cpu/mujoco_cpu"])
+@pytest.mark.parametrize("script", [*GRID_SCRIPTS, "mujoco_cpu/mujoco_cpu", "mujoco_questions/mujoco_questions"])
 def test_an_experiment_script_refuses_extra_arguments_before_any_work(tmp_path, script):
     """`X.sh A B` (GRID_DIR is the one argument): one line, exit 1, no grid folder started."""
     result = subprocess.run(
@@ -624,6 +624,58 @@ def test_mujoco_cpu_lanes_each_run_every_group_their_own_first(tmp_path):
     for env, seeds, _, _ in lane1:
         per_task[env] = per_task.get(env, 0) + len(seeds.split())
     assert per_task == {"Inv": 8 * 5, "Hal": 6 * 3, "Wal": 3 * 2}  # 64 runs
+
+
+def test_mujoco_questions_lanes_run_the_questions_in_order_and_cover_every_group(tmp_path):
+    """mujoco_questions.sh with `python` stubbed: lane 1 runs question a (HalfCheetah DSDPG-MSMMD with the chosen search)
+    then c (the same on IDP), lane 2 b (truncation 10 %) then d (lr 1e-4), each then the other's in reverse: both cover
+    the 7 groups (21 runs), each with its task's settings and its own --exp-name. A relative GRID_DIR is the caller's."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python").write_text('#!/usr/bin/env bash\necho "$@"\n')
+    (stub / "python").chmod(0o755)
+    result = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "mujoco_questions" / "mujoco_questions.sh"), "grid"],
+        cwd=tmp_path,
+        env={"PATH": f"{stub}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+
+    def groups(lane: str) -> list[tuple[str, str, str]]:
+        found = []
+        for line in (tmp_path / "grid" / f"{lane}.log").read_text().splitlines():
+            words = line.split()
+            env, script = words[words.index("--env-ids") + 1], words[words.index("--scripts") + 1]
+            common, flag_set = line.split("--common ")[1].split(" --flag-sets ")
+            assert words[words.index("--grid-dir") + 1] == str(tmp_path / "grid")
+            assert " ".join(words[words.index("--seeds") + 1 : words.index("--grid-dir")]) == "1 2 3"
+            steps = {
+                "InvertedDoublePendulum-v4": "25000 --updates-per-step 10",
+                "HalfCheetah-v4": "150000 --updates-per-step 1",
+            }
+            assert f"--total-timesteps {steps[env]}" in common and "--learning-rate 3e-4 --wm-learning-rate 3e-4" in common
+            assert "--obs-noise mult --hidden-dim 128 --wm-hidden-dim 256 --batch-size 64" in common
+            found.append((env[:3], script, flag_set))
+        return found
+
+    lane1, lane2 = groups("lane1"), groups("lane2")
+    assert len(lane1) == len(set(lane1)) == 7 and set(lane1) == set(lane2)
+    assert lane1[2:] == lane2[:5][::-1] and lane2[5:] == lane1[:2][::-1]
+    search = "--compile --slice-lr 0.3 --slice-steps 30 --exp-name dsdpg_msmmd_adam0.3x30"
+    assert lane1[:2] == [("Hal", "dsdpg_msmmd_sobolev", search), ("Inv", "dsdpg_msmmd_sobolev", search)]
+    assert lane2[:2] == [
+        ("Inv", "mmd_critic", "--truncation 10 --exp-name mmd_critic_trunc10"),
+        ("Inv", "dsdpg_mmd_sobolev", "--truncation 10 --exp-name dsdpg_mmd_trunc10"),
+    ]
+    lr = "--learning-rate 1e-4 --wm-learning-rate 1e-4 --exp-name"  # after the common 3e-4: the last one given wins
+    assert [g[1:] for g in lane2[2:5]] == [
+        ("td3_huber", f"{lr} td3_huber_lr1e-4"),
+        ("mmd_critic", f"{lr} mmd_critic_lr1e-4"),
+        ("dsdpg_mmd_sobolev", f"{lr} dsdpg_mmd_lr1e-4"),
+    ]
 
 
 def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path, monkeypatch, capsys):
