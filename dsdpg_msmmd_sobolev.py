@@ -15,6 +15,8 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
+import run_bookkeeping  # before torch and gymnasium: from here on a stop, even during their imports, is one line
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -26,7 +28,6 @@ from torch.utils.tensorboard import SummaryWriter
 import noise_wrappers
 import pointmass_env  # noqa: F401 (registers PointMass-v0)
 import replay_buffer
-import run_bookkeeping
 
 
 @dataclass
@@ -148,9 +149,13 @@ def check_args(args: Args) -> None:
         lambda: [  # this script's own flags, checked after the sizes of those every script has
             (args.num_samples >= 2 and args.num_samples_policy >= 1, "--num-samples must be >= 2, --num-samples-policy >= 1"),
             (args.noise_dim >= 1, "--noise-dim must be >= 1"),
-            (  # h^2 |x - y|^2 stays finite; below 0.01 the float32 kernel is constant for returns < 0.05 apart
-                0.01 <= args.kernel_bandwidth <= 1e6,
+            (  # below 0.01 the float32 kernel is constant for returns < 0.05 apart
+                args.kernel_bandwidth >= 0.01,
                 "--kernel-bandwidth must be in [0.01, 1e6]: below 0.01 the float32 kernel cannot tell returns 0.05 apart",
+            ),
+            (  # h^2 |x - y|^2 stays finite
+                args.kernel_bandwidth <= 1e6,
+                "--kernel-bandwidth must be in [0.01, 1e6]: above 1e6, h^2 |x - y|^2 overflows float32 for points 1e13 apart",
             ),
             (args.slice_steps >= 0 and args.slice_lr > 0, "--slice-steps must be >= 0 and --slice-lr > 0"),
             (

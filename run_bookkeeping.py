@@ -29,6 +29,29 @@ from dataclasses import asdict, fields, replace
 from functools import partial
 from typing import NamedTuple, NoReturn
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Ctrl-C, SIGTERM (kill, schedulers) and SIGHUP (a closed terminal or ssh session): each stops a run the same way"""
+
+
+def on_stop_signals(handler: Callable) -> None:
+    """Handle every signal of STOP_SIGNALS with `handler`, but those ignored (a shell's background job ignores SIGINT,
+    nohup SIGHUP): they stay ignored."""
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, handler)
+
+
+def stop_while_starting(signum: int, frame: object) -> NoReturn:
+    """A stop before the training loop (the imports' seconds, the checks, the envs, the networks): one line, exit status
+    128 + the signal's number; a fresh run's folder, still empty, is removed at exit (`open_run`)."""
+    name = os.path.basename(sys.argv[0])
+    print(f"{name}: stopped by {signal.Signals(signum).name} while starting; no step was run", file=sys.stderr)
+    raise SystemExit(128 + signum)
+
+
+if os.path.dirname(os.path.abspath(getattr(sys.modules["__main__"], "__file__", "") or "")) == os.path.dirname(__file__):
+    on_stop_signals(stop_while_starting)  # run by a script beside this module, which imports it before torch and gymnasium
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -260,25 +283,42 @@ def writable_folder(path: str) -> None:
 
 
 def given(argv: list[str], name: str) -> bool:
-    """Whether the flag of Args field `name` is on the command line `argv` (tyro fills in its default otherwise)."""
-    flag = "--" + name.replace("_", "-")
-    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+    """Whether the flag of Args field `name` is on the command line `argv` (tyro fills in its default otherwise), as
+    --name, --name=value or, for a boolean, --no-name."""
+    flags = ("--" + name.replace("_", "-"), "--no-" + name.replace("_", "-"))
+    return any(arg in flags or arg.startswith((flags[0] + "=", flags[1] + "=")) for arg in argv)
+
+
+def ignored_flags(cli_args, used, argv: list[str], honoured: tuple[str, ...]) -> list[str]:
+    """The flags given on the command line `argv`, or set away from their defaults, that are not in `honoured` and whose
+    value is not the one `used` (the saved run's settings): '--name value (the run's: other)' or, for a boolean,
+    '--name (the run's: --no-name)', in Args order."""
+
+    def flag(name: str, value) -> str:
+        dashed = name.replace("_", "-")
+        return (f"--{dashed}" if value else f"--no-{dashed}") if isinstance(value, bool) else f"--{dashed} {value}"
+
+    defaults, found = type(cli_args)(), []
+    for field in fields(cli_args):
+        name, value = field.name, getattr(cli_args, field.name)
+        if name not in honoured and (given(argv, name) or value != getattr(defaults, name)) and value != getattr(used, name):
+            run_value = getattr(used, name)
+            found.append(
+                f"{flag(name, value)} (the run's: {flag(name, run_value) if isinstance(run_value, bool) else run_value})"
+            )
+    return found
 
 
 def resumed_args(cli_args, saved: dict, argv: list[str]):
     """The checkpoint's settings, its step budget included; the device, tracking and videos come from the command line,
     and the budget too where --total-timesteps is given there."""
-    Args = type(cli_args)
-    args, defaults = Args(**saved), Args()
-    taken = ["cuda", "resume", "capture_video", "track", "wandb_project_name", "wandb_entity"]
-    for field in fields(Args):
-        name = field.name
-        if name in taken or (name == "total_timesteps" and given(argv, name)):
+    args = type(cli_args)(**saved)
+    taken = ("cuda", "resume", "capture_video", "track", "wandb_project_name", "wandb_entity", "total_timesteps")
+    for name in taken:
+        if name != "total_timesteps" or given(argv, name):
             setattr(args, name, getattr(cli_args, name))
-        elif name == "total_timesteps":
-            continue
-        elif getattr(cli_args, name) != getattr(defaults, name) and getattr(cli_args, name) != saved[name]:
-            print(f"warning: --{name.replace('_', '-')} ignored on resume (the run uses {saved[name]!r})", file=sys.stderr)
+    if ignored := ignored_flags(cli_args, args, argv, taken):
+        print(f"warning: ignored on resume, the run keeps its settings: {', '.join(ignored)}", file=sys.stderr)
     return args
 
 
@@ -376,12 +416,16 @@ def evaluate_saved_model(args, script: Script, argv: list[str] | None = None) ->
         for name in NOISE_FLAGS:
             if given(argv, name):
                 setattr(run_args, name, getattr(args, name))
+        honoured = ("evaluate", "eval_episodes", "cuda", "capture_video", "env_id", *NOISE_FLAGS)
+        if ignored := ignored_flags(args, run_args, argv, honoured):
+            print(f"warning: ignored by --evaluate, which uses the run's: {', '.join(ignored)}", file=sys.stderr)
         if (noise := {name: getattr(run_args, name) for name in NOISE_FLAGS}) != trained_noise:
             differ = [name for name in NOISE_FLAGS if noise[name] != trained_noise[name]]
             said = ", ".join(f"--{name.replace('_', '-')} {noise[name]} (trained: {trained_noise[name]})" for name in differ)
             print(f"evaluating under the noise given: {said}", file=sys.stderr)
         run_args.eval_episodes, run_dir = args.eval_episodes, os.path.dirname(os.path.abspath(args.evaluate))
         writable_folder(run_dir)
+        path, prefix = evaluation_outputs(run_dir)
         if args.capture_video:
             from flag_extras import make_video_env
 
@@ -394,7 +438,7 @@ def evaluate_saved_model(args, script: Script, argv: list[str] | None = None) ->
     except (RuntimeError, KeyError, TypeError) as error:
         raise ValueError(f"cannot evaluate {args.evaluate!r}: {' '.join(str(error).split())}") from None
     if args.capture_video:
-        env.name_prefix = "evaluate"
+        env.name_prefix = prefix
     returns = evaluate(actor, env, args.eval_episodes, run_args.seed + 100_000, device)
     result = {
         "model": args.evaluate,
@@ -406,16 +450,22 @@ def evaluate_saved_model(args, script: Script, argv: list[str] | None = None) ->
         "std_return": float(np.std(returns)),
         "returns": returns,
     }
-    path, number = os.path.join(run_dir, "evaluation.json"), 1
-    while os.path.exists(path):  # earlier evaluations are kept: evaluation-2.json, evaluation-3.json, ...
-        number += 1
-        path = os.path.join(run_dir, f"evaluation-{number}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
     print(
         f"eval return {result['mean_return']:.2f} +- {result['std_return']:.2f} over {len(returns)} episodes of {run_args.env_id}; written to {path}"
     )
     env.close()
+
+
+def evaluation_outputs(run_dir: str) -> tuple[str, str]:
+    """The next --evaluate's JSON path and video name prefix in a run folder, numbered alike so that earlier ones are
+    kept: evaluation.json and videos/evaluate-episode-0.mp4, then evaluation-2.json and evaluate-2-episode-0.mp4, ..."""
+    for number in itertools.count(1):
+        suffix = "" if number == 1 else f"-{number}"
+        path, prefix = os.path.join(run_dir, f"evaluation{suffix}.json"), f"evaluate{suffix}"
+        if not os.path.exists(path) and not glob.glob(os.path.join(glob.escape(run_dir), "videos", f"{prefix}-episode-*")):
+            return path, prefix
 
 
 # THE RUN
@@ -525,15 +575,13 @@ class Run:
         self.start_time = time.time()
         self.cost_note_due, self.cost_clock = device.type == "cpu", None  # a CPU run's, resumed or not
         self.next_step, self.looping, self.stop_requested = self.start_step, False, False
-        signal.signal(signal.SIGTERM, self.stop_after_the_step)  # from here on, SIGTERM is Ctrl-C
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # a background job's ignored SIGINT stays so
-            signal.signal(signal.SIGINT, self.stop_after_the_step)
+        on_stop_signals(self.stop_after_the_step)  # from here on, SIGTERM and SIGHUP are Ctrl-C
         return self.start_step
 
     def stop_after_the_step(self, signum: int, frame: object) -> None:
-        """Ctrl-C or SIGTERM (what Slurm and most schedulers send before killing a job) in the loop: the step under way
-        ends, then the loop raises KeyboardInterrupt, so the checkpoint holds whole steps. A second one, or one outside
-        the loop, raises it at once."""
+        """Ctrl-C, SIGTERM (what Slurm and most schedulers send before killing a job) or SIGHUP (a closed terminal) in the
+        loop: the step under way ends, then the loop raises KeyboardInterrupt, so the checkpoint holds whole steps. A
+        second one, or one outside the loop, raises it at once."""
         if self.stop_requested or not self.looping:
             raise KeyboardInterrupt
         self.stop_requested = True
@@ -640,7 +688,9 @@ class Run:
         if self.progress is not None:  # None: stopped before the loop
             self.progress.close()
         typed = sys.argv[0] if os.path.basename(sys.argv[0]) == self.script_name else self.script_name  # as it was run
-        fail(self.script_name, f"interrupted at step {step}; resume with: python {typed} --resume {self.checkpoint_path}")
+        # a script run by its absolute path (a grid job, in a folder of its own): the checkpoint's too, to paste anywhere
+        path = os.path.abspath(self.checkpoint_path) if os.path.isabs(typed) else self.checkpoint_path
+        fail(self.script_name, f"interrupted at step {step}; resume with: python {typed} --resume {path}")
 
     def finish(self, model: dict[str, nn.Module]) -> None:
         """The last checkpoint, model.pt (--save-model), summary.json."""

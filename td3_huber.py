@@ -14,6 +14,8 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
+import run_bookkeeping  # before torch and gymnasium: from here on a stop, even during their imports, is one line
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -25,7 +27,6 @@ from torch.utils.tensorboard import SummaryWriter
 import noise_wrappers
 import pointmass_env  # noqa: F401 (registers PointMass-v0)
 import replay_buffer
-import run_bookkeeping
 
 
 @dataclass

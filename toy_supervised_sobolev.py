@@ -452,8 +452,9 @@ def ignore_interrupts() -> None:
 def run_jobs(args: Args, jobs: list[tuple[Optional[int], str]], out_dir: str) -> list[dict]:
     """Run the jobs in this process or in a pool of `num_workers` processes; results in the order of `jobs`.
     On KeyboardInterrupt (Ctrl-C, or SIGTERM with main's handler) stop every training and raise Interrupted."""
+    workers = worker_count(args, len(jobs))
     with tqdm(total=len(jobs) * args.num_steps, unit="step", smoothing=0.05) as bar:
-        if args.num_workers == 1:
+        if workers == 1:
             results: list[dict] = []
             try:
                 for n, variant in jobs:
@@ -464,9 +465,7 @@ def run_jobs(args: Args, jobs: list[tuple[Optional[int], str]], out_dir: str) ->
             return results
         context = multiprocessing.get_context("spawn")
         progress_queue, stop = context.Queue(), context.Event()
-        pool = ProcessPoolExecutor(
-            args.num_workers, mp_context=context, initializer=init_worker, initargs=(progress_queue, stop)
-        )
+        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker, initargs=(progress_queue, stop))
         futures = {}
         try:
             handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
@@ -632,15 +631,26 @@ def check_args(args: Args) -> Optional[str]:
     return memory_problem(args)
 
 
+def worker_count(args: Args, num_jobs: int) -> int:
+    """The training processes: --num-workers, but no more than the jobs nor this machine's cores (more would only
+    share them, and slow a stop)."""
+    return max(1, min(args.num_workers, num_jobs, os.cpu_count() or 1))
+
+
 def memory_problem(args: Args) -> Optional[str]:
     """Whether the trainings running at once would need more memory than they train in (the GPU's with --cuda and one,
     else this machine's RAM), by an order-of-magnitude lower bound: per worker, the weights four times (weights,
-    gradients, RAdam's two moments) and the largest hidden activation of a step or an evaluation."""
+    gradients, RAdam's two moments), the largest hidden activation of a step or an evaluation, and the largest data
+    set of the limited regime (x and K targets of 2 values per pair)."""
     jobs = (1 if args.unlimited else 0) + len(args.num_points)
-    workers = min(args.num_workers, jobs * len(args.variants))
+    workers = worker_count(args, jobs * len(args.variants))
     weights = (1 + args.noise_dim) * args.hidden_dim + args.hidden_dim**2 + 2 * args.hidden_dim + 1
     rows = max(args.batch_size * max(args.model_samples, args.targets_per_x), args.eval_points * args.eval_samples)
     needed = {"the weights": 4 * 4 * weights * workers, "one hidden activation": 4 * rows * args.hidden_dim * workers}
+    if args.num_points:
+        needed[f"the data set of --num-points {max(args.num_points)}"] = (
+            4 * max(args.num_points) * (1 + 2 * args.targets_per_x) * workers
+        )
     if args.cuda and torch.cuda.is_available():
         available, where = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory, "the GPU has"
     else:
@@ -650,7 +660,7 @@ def memory_problem(args: Args) -> Optional[str]:
     part, size = max(needed.items(), key=lambda item: item[1])
     return (
         f"{part} would need ~{size / 1e9:.3g} GB over {workers} worker(s), more than the {available / 1e9:.3g} GB {where} "
-        "(an order-of-magnitude lower bound); lower --hidden-dim, the batch or evaluation sizes, or --num-workers"
+        "(an order-of-magnitude lower bound); lower --hidden-dim, --num-points, the batch or evaluation sizes, or --num-workers"
     )
 
 
@@ -704,6 +714,8 @@ def main(args: Args) -> dict:
         fail(problem)
     regimes: list[Optional[int]] = ([None] if args.unlimited else []) + list(args.num_points)
     jobs = [(n, variant) for n in regimes for variant in args.variants]
+    if args.num_workers > (cores := os.cpu_count() or 1) and len(jobs) > cores:
+        print(f"note: --num-workers {args.num_workers}: this machine has {cores} cores, so {cores} train", file=sys.stderr)
     eval_set = make_eval_set(args, torch.device("cpu"))
     reference = sobolev_metrics(eval_set.truth_reference, eval_set.x, eval_set.truth)
 

@@ -92,6 +92,7 @@ from rliable import library, metrics, plot_utils
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run_grid import write_probe_error  # noqa: E402
+from writable import write_error  # noqa: E402
 
 NOISE_ORDER = ("none", "mult", "gauss", "mult+gauss")
 METHODS = {  # exp_name -> the paper's name of the method and its colour, the same in every figure
@@ -310,6 +311,20 @@ def numbers_in_summary(
         json.dump(summary, f, indent=2)
     os.replace(path + ".tmp", path)
     return counted
+
+
+def unwritable_summary(runs: list[dict], key: str, flag: str) -> str | None:
+    """The error (after the tool's `name: error: `) of the first run whose summary.json numbers_in_summary would write
+    `key` into (it holds none) but cannot: the summary must be writable and its folder take the new file that replaces
+    it. None if every one can be written; asked before the tool reads any events."""
+    for run in runs:
+        path = os.path.join(run["run_dir"], "summary.json")
+        with open(path, encoding="utf-8") as f:
+            if json.load(f).get(key) is not None:
+                continue
+        if reason := write_error(path) or write_probe_error(run["run_dir"]):
+            return f"{flag}: cannot write {path} ({reason})"
+    return None
 
 
 def print_table(table: str, out: str | None) -> None:

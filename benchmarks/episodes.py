@@ -24,7 +24,8 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from aggregate import load_runs, numbers_in_summary, print_table  # noqa: E402
+from aggregate import load_runs, numbers_in_summary, print_table, unwritable_summary  # noqa: E402
+from writable import out_error  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from run_bookkeeping import fail as fail_with  # noqa: E402
@@ -92,11 +93,15 @@ def episodes_table(args: Args) -> str:
         fail("--after must be >= 0")
     if args.max_episode_steps < 1:
         fail("--max-episode-steps must be >= 1")
+    if message := out_error(args.out):
+        fail(message)
     if not os.path.isdir(args.runs_dir):
         fail(f"{args.runs_dir} is not a directory")
     runs = [run for run in load_runs(args.runs_dir) if run["env"] == args.env_id]
     if not runs:
         fail(f"no finished run (summary.json) of {args.env_id} under {args.runs_dir}")
+    if args.save and (message := unwritable_summary(runs, "episodes", "--save")):
+        fail(message)
     lines = [
         f"{args.env_id}: the training episodes that end after step {args.after}, those that ended before the time limit"
         f" ({args.max_episode_steps} steps), their median length, and their total return over their total length.",

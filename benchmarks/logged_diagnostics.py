@@ -28,7 +28,8 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from aggregate import load_runs, numbers_in_summary, print_table  # noqa: E402
+from aggregate import load_runs, numbers_in_summary, print_table, unwritable_summary  # noqa: E402
+from writable import out_error  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from run_bookkeeping import fail as fail_with  # noqa: E402
@@ -115,11 +116,15 @@ def number(value: float) -> str:
 def diagnostics_table(args: Args) -> str:
     if args.after < 0:
         fail("--after must be >= 0")
+    if message := out_error(args.out):
+        fail(message)
     if not os.path.isdir(args.runs_dir):
         fail(f"{args.runs_dir} is not a directory")
     runs = [run for run in load_runs(args.runs_dir) if args.env_id in (None, run["env"])]
     if not runs:
         fail(f"no finished run (summary.json){'' if args.env_id is None else ' of ' + args.env_id} under {args.runs_dir}")
+    if args.save and (message := unwritable_summary(runs, "logged", "--save")):
+        fail(message)
     rows, left_out = [], []  # (script, env, seed, {tag: intervals since --after}); run folders
     for run in sorted(runs, key=lambda run: (run["env"], run["script"], run["seed"])):
         logged = run_logged(run, args.save)

@@ -199,6 +199,12 @@ def build_jobs(args: Args) -> list[Job]:
         if name in flag_sets:
             fail(f"--flag-sets: {text!r} and {shlex.join(flag_sets[name])!r} share the directory name {name}")
         flag_sets[name] = tokens
+    for what, tokens in [("--common", common)] + [("--flag-sets", tokens) for tokens in flag_sets.values()]:
+        if len(scripts) > 1 and "--exp-name" in {token.split("=", 1)[0] for token in tokens}:
+            fail(
+                f"{what} {shlex.join(tokens)!r}: one --exp-name would name the runs of {len(scripts)} scripts alike, and "
+                "aggregate.py would pool them as one method: run one script per --exp-name"
+            )
     if args.threads_per_job is not None:
         threads = args.threads_per_job
     elif args.backend == "slurm":
@@ -485,7 +491,9 @@ def run_local(jobs: list[Job], workers: int) -> tuple[list[dict], int | None]:
             with contextlib.suppress(OSError):
                 name = signal.Signals(signal_number(stop)).name
                 print(
-                    f"run_grid.py: interrupted by {name}; stopping the running jobs (they write checkpoints)", file=sys.stderr
+                    f"run_grid.py: interrupted by {name}; stopping the running jobs (a job in its training loop writes a "
+                    "checkpoint, one still starting stops with nothing to resume)",
+                    file=sys.stderr,
                 )
             concurrent.futures.wait(futures)
             return [f.result() for f in futures if not f.cancelled()], signal_number(stop)

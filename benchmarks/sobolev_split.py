@@ -36,6 +36,9 @@ import numpy as np
 import torch
 import tyro
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from writable import out_error  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOBOLEV_SCRIPTS = ("mage_huber_sobolev", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev")
 
@@ -148,6 +151,8 @@ def measure(module, built: dict, batches: int) -> list[dict]:
 def main(args: Args) -> None:
     if args.batches < 1:
         fail("--batches must be >= 1")
+    if message := out_error(args.out):
+        fail(message)
     module, built, step = resume_until_loop(args.checkpoint)
     rows = measure(module, built, args.batches)
     summary = {}

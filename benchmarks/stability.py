@@ -30,7 +30,8 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from aggregate import load_runs, numbers_in_summary, print_table  # noqa: E402
+from aggregate import load_runs, numbers_in_summary, print_table, unwritable_summary  # noqa: E402
+from writable import out_error  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from run_bookkeeping import VALUE_TAG, logged_scalars  # noqa: E402
@@ -118,17 +119,25 @@ def run_stability(run: dict, args: Args) -> dict:
 
 
 def stability_table(args: Args) -> str:
+    for flag, value in (("--solved", args.solved), ("--held", args.held)):
+        if not np.isfinite(value):
+            fail(f"{flag} must be finite (got {value:g})")
     if not args.held <= args.solved:
         fail(f"--held ({args.held:g}) must be at most --solved ({args.solved:g})")
     if args.max_episode_steps < 1:
         fail("--max-episode-steps must be >= 1")
     if args.window < VALUE_SPAN:
         fail(f"--window must be >= {VALUE_SPAN}")
+    if message := out_error(args.out):
+        fail(message)
     if not os.path.isdir(args.runs_dir):
         fail(f"{args.runs_dir} is not a directory")
     runs = [run for run in load_runs(args.runs_dir) if run["env"] == args.env_id]
     if not runs:
         fail(f"no finished run (summary.json) of {args.env_id} under {args.runs_dir}")
+    solved = [run for run in runs if max(run["eval_returns"]) >= args.solved]  # only these save their numbers
+    if args.save and (message := unwritable_summary(solved, "stability", "--save")):
+        fail(message)
     rows = [run_stability(run, args) for run in sorted(runs, key=lambda run: (run["script"], run["seed"]))]
     lines = [
         f"{args.env_id}: after each run's first evaluation >= {args.solved:g}, the training episodes that reached the time"

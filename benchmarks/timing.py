@@ -51,7 +51,8 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 from torch.utils.module_tracker import ModuleTracker
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_grid import ALL_SCRIPTS, ROOT, write_probe_error  # noqa: E402
+from run_grid import ALL_SCRIPTS, ROOT  # noqa: E402
+from writable import out_error  # noqa: E402
 
 
 @dataclass
@@ -345,10 +346,8 @@ def check_args(args: Args) -> list[tuple[str, object, list[str]]]:
         fail("--device cuda: torch sees no CUDA GPU on this machine")
     if not args.scripts:
         fail("--scripts: name at least one script")
-    if args.out is not None:  # the table is written at the end: its folder is tried now
-        reason = "a folder" if os.path.isdir(args.out) else write_probe_error(os.path.dirname(os.path.abspath(args.out)))
-        if reason:
-            fail(f"--out {args.out}: cannot write there ({reason})")
+    if message := out_error(args.out):  # the table is written at the end: it is tried now
+        fail(message)
     sys.path.insert(0, ROOT)
     entries = []
     for entry in args.scripts:

@@ -22,7 +22,8 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from aggregate import load_runs, numbers_in_summary, print_table  # noqa: E402
+from aggregate import load_runs, numbers_in_summary, print_table, unwritable_summary  # noqa: E402
+from writable import out_error  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from run_bookkeeping import VALUE_TAG, critic_values  # noqa: E402
@@ -69,11 +70,15 @@ def value_table(args: Args) -> str:
         fail("--window must be >= 1")
     if args.bound is not None and not np.isfinite(args.bound):
         fail(f"--bound must be finite, got {args.bound}")
+    if message := out_error(args.out):
+        fail(message)
     if not os.path.isdir(args.runs_dir):
         fail(f"{args.runs_dir} is not a directory")
     runs = load_runs(args.runs_dir)
     if not runs:
         fail(f"no finished run (summary.json) under {args.runs_dir}")
+    if args.save_values and (message := unwritable_summary(runs, "critic_values", "--save-values")):
+        fail(message)
     rows, left_out = [], []
     for run in sorted(runs, key=lambda run: (run["script"], run["env"], run["seed"])):
         values = run_values(run, args.window, args.save_values)

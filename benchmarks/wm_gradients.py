@@ -29,6 +29,9 @@ import numpy as np
 import torch
 import tyro
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from writable import out_error  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -60,7 +63,10 @@ def load_run(path: str):
         path = os.path.join(path, "checkpoint.pt")
     if not os.path.isfile(path):
         fail(f"no checkpoint at {path!r}")
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        fail(f"cannot read {path!r} ({type(error).__name__})")
     if not isinstance(saved, dict) or "script" not in saved or saved.get("world_model") is None:
         fail(f"{path!r} holds no world model (a --no-dyna run, or not a checkpoint of these scripts)")
     sys.path.insert(0, ROOT)
@@ -69,6 +75,11 @@ def load_run(path: str):
     if args.dyn_noise != "none":
         fail("the run has --dyn-noise: its next state is random, finite differences of one step say nothing")
     env = script.make_env(args)
+    if not all(hasattr(env.unwrapped, name) for name in ("data", "set_state")):  # what simulator_jacobians uses
+        fail(
+            f"the run's env {args.env_id} is not a MuJoCo task: this tool compares the world model with finite"
+            " differences of MuJoCo's simulator, its state set back before each perturbed step"
+        )
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     actor = script.Actor(obs_dim, act_dim, args.hidden_dim)
     actor.load_state_dict(saved["actor"])
@@ -182,6 +193,8 @@ def main(args: Args) -> None:
             fail(f"{name} must be >= {least} (got {value})")
     if not (0 < args.fd_step <= 0.1):
         fail(f"--fd-step must be in (0, 0.1] (got {args.fd_step})")
+    if message := out_error(args.out):
+        fail(message)
     script, run_args, env, actor, world_model = load_run(args.checkpoint)
     torch.set_num_threads(1)
     rows = probe(env, actor, world_model, args)

@@ -1,5 +1,6 @@
 """Does the fast subset (`pytest -m "not slow"`) catch the unit-level mutations? Each mutation below is a one-line change
-to the maths of a module (a target, a loss, an estimator, a wrapper, the dynamics, the buffer); each is applied to a
+to the maths of a module (a target, a loss, an estimator, a wrapper, the dynamics, the buffer) or to the bookkeeping
+that keeps a run from being lost (the exclusive run folder, run_grid's job lock and its stop forwarding); each is applied to a
 copy of the repository and the fast subset is run there, stopping at the first failure. A mutation the fast subset lets
 through is named, with what the full suite says of it when --full is given. Not collected by pytest (no test_ prefix):
 
@@ -57,6 +58,10 @@ MUTATIONS = [  # (file, text, replacement): replaced wherever it occurs in the t
     ("noise_wrappers.py", "uniform(1 - self.scale, 1 + self.scale)", "uniform(1 - self.scale, 1 + 2 * self.scale)"),
     ("pointmass_env.py", "self.pos = self.pos + DT * self.vel", "self.pos = self.pos + self.vel"),
     ("replay_buffer.py", "* self.fill).long()", "* (self.fill - 1)).long()"),
+    # the bookkeeping a lost run would cost: a run folder another run made, a job run twice, a stop not passed on
+    ("run_bookkeeping.py", "os.mkdir(name)", "os.makedirs(name, exist_ok=True)"),
+    ("benchmarks/run_grid.py", "fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)", "pass"),
+    ("benchmarks/run_grid.py", "                runner.interrupt()", "                pass"),
 ]
 
 
@@ -80,7 +85,7 @@ def main() -> None:
             shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "benchmarks", ".ci"))
             shutil.copytree(ROOT / "benchmarks", tree / "benchmarks", ignore=shutil.ignore_patterns("grid", "runs*"))
             assert text in (tree / path).read_text(), (path, text)
-            for module in tree.glob("*.py"):
+            for module in [tree / path] if "/" in path else tree.glob("*.py"):  # a tool's own file, else every script
                 module.write_text(module.read_text().replace(text, replacement))
             passed, seconds = survives(tree, fast=True)
             verdict = "LET THROUGH" if passed else "caught"

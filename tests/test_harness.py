@@ -3,15 +3,20 @@
 
 import csv
 import json
+import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
+import run_bookkeeping
+
 import numpy as np
 import pytest
-from helpers import ROOT, load_benchmark, run_script_in_process
+from helpers import ROOT, error_lines, load_benchmark, run_script_in_process
 from rliable import library
 
 TINY = (
@@ -21,6 +26,7 @@ TINY = (
 
 
 aggregate = load_benchmark("aggregate")
+run_grid = load_benchmark("run_grid")
 
 
 def run_tool(tool: str, *flags: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -306,6 +312,78 @@ def test_bad_grid_flags_and_dry_run(tmp_path):
     assert "obs-noise_mult/seed2 && OMP_NUM_THREADS=1 " in dry.stdout
 
 
+def test_one_exp_name_for_several_scripts_is_refused(tmp_path):
+    """--exp-name names the method in aggregate.py: given to two scripts at once (--common or a flag set) it would pool
+    their runs as one method with twice the seeds, so the grid refuses it before any job; one script per name is fine."""
+    for flags in (["--common", "--exp-name same"], ["--flag-sets", "--exp-name same"]):
+        result = run_tool_in_process(
+            "run_grid.py", "--scripts", "td3_huber", "iqn", "--env-ids", "PointMass-v0", *flags, "--dry-run", cwd=tmp_path
+        )
+        assert result.returncode == 1 and len(error_lines(result)) == 1, result.stderr
+        assert "one --exp-name would name the runs of 2 scripts alike" in result.stderr
+    alone = run_tool_in_process(
+        "run_grid.py",
+        "--scripts",
+        "td3_huber",
+        "--env-ids",
+        "PointMass-v0",
+        "--common",
+        "--exp-name x",
+        "--dry-run",
+        cwd=tmp_path,
+    )
+    assert alone.returncode == 0, alone.stderr
+
+
+def fake_job(tmp_path: Path, name: str, code: str) -> "run_grid.Job":
+    """A grid job whose run is `python -c code` in tmp_path/name (a second's start, no script)."""
+    job_dir = tmp_path / name
+    command = (sys.executable, "-c", code)
+    return run_grid.Job("td3_huber", "E", "default", 1, str(job_dir), command, 1, str(tmp_path / "grid_log.jsonl"))
+
+
+def test_a_job_whose_lock_another_invocation_holds_is_reported_busy_and_not_started(tmp_path):
+    """job.lock held (a run of this job goes on under another run_grid, or outlived its own): reported busy, nothing
+    run, no job.json written; once the lock is free the job runs."""
+    import fcntl
+
+    job = fake_job(tmp_path, "job", "open('ran', 'w')")
+    job_dir = Path(job.job_dir)
+    job_dir.mkdir()
+    with open(job_dir / "job.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        record = run_grid.RunJob()(job)
+    assert record["status"] == "busy" and not (job_dir / "ran").exists() and not (job_dir / "job.json").exists()
+    assert run_grid.RunJob()(job)["status"] == "failed" and (job_dir / "ran").exists()  # ran (no summary: "failed")
+
+
+def test_a_stop_of_the_grid_sends_each_running_job_one_sigint(tmp_path):
+    """run_local with two jobs running (each exits 130 on SIGINT, as a script does after its checkpoint): a Ctrl-C to
+    run_grid interrupts both, which end at once and are recorded as interrupted."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (conftest puts back the suite's)
+    import threading
+
+    code = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGINT, lambda *_: sys.exit(130))\n"
+        "open('ready', 'w').close()\n"
+        "time.sleep(15)\n"  # a grid that does not forward the stop waits for this: its jobs end ok, not interrupted
+    )
+    jobs = [fake_job(tmp_path, f"job{i}", code) for i in (1, 2)]
+
+    def interrupt_once_both_run() -> None:
+        deadline = time.time() + 30
+        while time.time() < deadline and not all((Path(job.job_dir) / "ready").exists() for job in jobs):
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C (SIGTERM and SIGHUP raise the same through stopped_like_ctrl_c)
+
+    threading.Thread(target=interrupt_once_both_run, daemon=True).start()
+    start = time.time()
+    records, stopped_by = run_grid.run_local(jobs, workers=2)
+    assert stopped_by == signal.SIGINT and time.time() - start < 12
+    assert sorted((r["status"], r["returncode"]) for r in records) == [("interrupted", 130)] * 2
+
+
 @pytest.mark.slow
 def test_submitit_local_grid(tmp_path):
     result = grid("--backend", "submitit-local", cwd=tmp_path)
@@ -580,6 +658,27 @@ def test_an_experiment_script_refuses_extra_arguments_before_any_work(tmp_path, 
     name = script.split("/")[-1]
     assert result.returncode == 1 and result.stderr == f"{name}.sh: error: one argument at most, GRID_DIR (got 2)\n"
     assert not (tmp_path / "grid").exists()
+
+
+@pytest.mark.parametrize("script", [*GRID_SCRIPTS, "mujoco_cpu/mujoco_cpu", "mujoco_questions/mujoco_questions"])
+def test_an_experiment_scripts_relative_grid_dir_is_the_callers(tmp_path, script):
+    """`bash X.sh grid` run from outside the repository (python stubbed: nothing runs) writes under the caller's ./grid,
+    not the repository's: the runs would otherwise start in another folder than the one asked for."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python").write_text('#!/usr/bin/env bash\necho "$@"\n')
+    (stub / "python").chmod(0o755)
+    result = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / f"{script}.sh"), "grid_here"],
+        cwd=tmp_path,
+        env={"PATH": f"{stub}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout + "".join(log.read_text() for log in (tmp_path / "grid_here").glob("*.log"))  # lanes: logs
+    assert f"--grid-dir {tmp_path / 'grid_here'} " in printed and not (ROOT / "grid_here").exists()
 
 
 def test_mujoco_cpu_lanes_each_run_every_group_their_own_first(tmp_path):
@@ -943,3 +1042,117 @@ def test_evals_md_holds_every_runs_return_at_every_step_of_its_env(tmp_path):
         "| DSDPG-MSMMD | 1 | -150 | 9360 | - |",
     ]
     assert "| IQN | 1 | 1.23 |" in small
+
+
+GRID_TOOLS = {  # tool -> (its flags for grid_of_one_run's run, its flag that saves into summaries, the key it saves,
+    # numbers under that key that --save does not write over: saved at other settings, or logged_diagnostics' own)
+    "value_check.py": ([], "--save-values", "critic_values", {"window_steps": 1}),
+    "stability.py": (["--env-id", "E"], "--save", "stability", {"solved": 1.0}),
+    "episodes.py": (["--env-id", "E", "--after", "0"], "--save", "episodes", {"after": 1}),
+    "logged_diagnostics.py": ([], "--save", "logged", {"tags": {}, "first_logged_step": None}),
+}
+
+
+def grid_of_one_run(cwd: Path) -> None:
+    """cwd/grid/1: a finished run of env E that every tool of GRID_TOOLS tabulates (solved by stability.py's --solved,
+    with the episodes, critic values and contraction factors it logged)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_dir = cwd / "grid" / "1"
+    write_summary(run_dir, "dsdpg_x", "E", 1, [100, 200], [9400.0, 9400.0])
+    with SummaryWriter(str(run_dir)) as writer:
+        for tag in ("charts/episodic_length", "charts/episodic_return", "losses/qf1_values", "charts/contraction_gamma_kappa"):
+            for step in (150, 200):
+                writer.add_scalar(tag, 1000.0, step)
+
+
+def files_in(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def folders_take_no_new_file(monkeypatch) -> None:
+    """Every folder refuses a new file, as a read-only one does for a user other than root (permission bits do not stop
+    root): the probe file of writable.write_error raises PermissionError."""
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", read_only)
+
+
+@pytest.mark.parametrize("tool", GRID_TOOLS)
+def test_a_grid_tool_refuses_an_out_it_cannot_write_before_making_its_table(tmp_path, monkeypatch, tool):
+    """value_check, stability, episodes and logged_diagnostics: an --out in a missing folder, under a file, that is a
+    folder, or in a folder that takes no new file is one line naming it and why, exit status 1, before the table is
+    made (nothing printed, no file written or changed); a writable --out then holds the table printed."""
+    grid_of_one_run(tmp_path)
+    (tmp_path / "a_file").write_text("")
+    flags = GRID_TOOLS[tool][0]
+    before = files_in(tmp_path)
+    for out, reason in (
+        ("no/such/folder/t.md", "No such file or directory"),
+        ("a_file/t.md", "Not a directory"),
+        ("grid", "a folder"),
+        ("t.md", "Permission denied"),
+    ):
+        with monkeypatch.context() as patch:
+            if reason == "Permission denied":
+                folders_take_no_new_file(patch)
+            result = run_tool_in_process(tool, "grid", *flags, "--out", out, cwd=tmp_path)
+        assert result.returncode == 1 and result.stdout == "", result.stdout
+        assert error_lines(result) == [f"{tool}: error: --out {out}: cannot write there ({reason})"]
+        assert files_in(tmp_path) == before
+    result = run_tool_in_process(tool, "grid", *flags, "--out", "t.md", cwd=tmp_path)
+    assert result.returncode == 0 and (tmp_path / "t.md").read_text() == result.stdout != ""
+
+
+@pytest.mark.parametrize("tool", GRID_TOOLS)
+def test_a_grid_tools_save_refuses_a_summary_it_cannot_write_before_reading_events(tmp_path, monkeypatch, tool):
+    """value_check's --save-values and the others' --save, where a run's summary.json cannot be replaced (its folder
+    takes no new file): one line naming that summary, exit status 1, before any event file is read; nothing printed,
+    nothing written."""
+    grid_of_one_run(tmp_path)
+    flags, save, *_ = GRID_TOOLS[tool]
+    before = files_in(tmp_path)
+    folders_take_no_new_file(monkeypatch)
+    monkeypatch.setattr(run_bookkeeping, "logged_scalars", lambda *args: pytest.fail("an event file was read"))
+    result = run_tool_in_process(tool, "grid", *flags, save, cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert error_lines(result) == [f"{tool}: error: {save}: cannot write grid/1/summary.json (Permission denied)"]
+    assert files_in(tmp_path) == before
+
+
+@pytest.mark.parametrize("tool", GRID_TOOLS)
+def test_a_grid_tools_save_asks_only_the_summaries_it_would_write(tmp_path, monkeypatch, tool):
+    """A summary that already holds numbers under the tool's key, which --save never writes over, is not written, so a
+    folder that takes no new file is no reason to refuse it: the table is made and nothing written."""
+    grid_of_one_run(tmp_path)
+    flags, save, key, kept = GRID_TOOLS[tool]
+    summary_path = tmp_path / "grid" / "1" / "summary.json"
+    summary_path.write_text(json.dumps({**json.loads(summary_path.read_text()), key: kept}))
+    before = files_in(tmp_path)
+    folders_take_no_new_file(monkeypatch)
+    result = run_tool_in_process(tool, "grid", *flags, save, cwd=tmp_path)
+    assert result.returncode == 0 and "| 1 |" in result.stdout, result.stderr
+    assert files_in(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--solved", "nan"], "--solved must be finite (got nan)"),
+        (["--solved", "inf"], "--solved must be finite (got inf)"),
+        (["--held", "nan"], "--held must be finite (got nan)"),
+        (["--held=-inf"], "--held must be finite (got -inf)"),
+        (["--held", "9500"], "--held (9500) must be at most --solved (9350)"),
+        (["--max-episode-steps", "0"], "--max-episode-steps must be >= 1"),
+        (["--window", "999"], "--window must be >= 1000"),
+    ],
+)
+def test_stability_names_the_flag_of_each_bad_number(tmp_path, flags, message):
+    """Each numeric flag of stability.py that is NaN, infinite or out of its range is refused in one line that names
+    that flag (--solved nan is not blamed on --held), exit status 1, before the table is made on a grid it tabulates."""
+    grid_of_one_run(tmp_path)
+    result = run_tool_in_process("stability.py", "grid", "--env-id", "E", *flags, cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert error_lines(result) == [f"stability.py: error: {message}"]

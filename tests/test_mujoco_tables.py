@@ -101,3 +101,43 @@ def test_write_replaces_only_its_table_even_when_a_task_adds_a_column():
             f"tables.py: error: README.md has {count} tables starting "
             "'| method (median [95 % CI], seeds) | IDP final return | IDP nAUC |', not one"
         )
+
+
+HEADER, FIRST_ROW = RESULTS.read_text().splitlines()[:2]
+CELLS = HEADER.count(",") + 1
+
+
+def first_half(line: str) -> str:
+    """A line of table.csv cut after the first half of its cells."""
+    return ",".join(line.split(",")[: CELLS // 2])
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (None, "no {}: make it with aggregate.py first (see this tool's usage)"),
+        ("", "{} is empty: make it again with aggregate.py"),
+        (HEADER + "\n", "{} has a header but no rows: make it again with aggregate.py"),
+        (f"{HEADER}\n{first_half(FIRST_ROW)}", f"{{}} is damaged: line 2 has {CELLS // 2} cells, not {CELLS}"),
+        (first_half(HEADER), "{} is damaged: its header has no column nauc_median, nauc_ci_lo, nauc_ci_hi"),
+        (f"{HEADER}\n{FIRST_ROW.replace(',3,', ',three,', 1)}\n", "{} is damaged: line 2's n_seeds is 'three'"),
+        (f"{HEADER}\n{FIRST_ROW.replace('HalfCheetah-v4', 'Hopper-v4')}\n", "{} has no row of the grid's tasks ("),
+    ],
+    ids=["missing", "empty", "header-only", "half-a-row", "half-a-header", "not-a-number", "no-grid-task"],
+)
+def test_a_missing_or_damaged_table_csv_is_refused_in_one_line_naming_it(tmp_path, monkeypatch, capsys, content, problem):
+    """tables.py --write without table.csv, or with one cut short or damaged: one line naming the CSV and what is wrong
+    with it (not the README), exit status 1, before any table is printed or written."""
+    csv_path, page, readme = tmp_path / "table.csv", tmp_path / "page.md", tmp_path / "README.md"
+    if content is not None:
+        csv_path.write_text(content)
+    page.write_text("the page")
+    readme.write_text("the README")
+    monkeypatch.setattr(tables, "TABLE_CSV", str(csv_path))
+    monkeypatch.setattr(tables, "PAGE", str(page))
+    monkeypatch.setattr(tables, "README", str(readme))
+    with pytest.raises(SystemExit) as stop:
+        tables.main(tables.Args(write=True))
+    assert str(stop.value).startswith("tables.py: error: " + problem.format(csv_path)) and "\n" not in str(stop.value)
+    assert capsys.readouterr().out == ""
+    assert page.read_text() == "the page" and readme.read_text() == "the README"

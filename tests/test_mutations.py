@@ -11,6 +11,8 @@ import importlib
 import inspect
 import math
 
+import run_bookkeeping
+
 import pytest
 import torch
 from helpers import RL_SCRIPTS, tiny_target_networks
@@ -20,7 +22,6 @@ import dsdpg_msmmd_sobolev
 import iqn
 import mmd_critic
 import replay_buffer
-import run_bookkeeping
 import td3_huber
 
 TRUNCATING = {  # script -> its target function and where critic_loss takes the targets

@@ -6,15 +6,18 @@ time."""
 import math
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+import run_bookkeeping
 
 import gymnasium as gym
 import helpers
 import pytest
 import torch
 
-import run_bookkeeping
 import td3_huber
 
 
@@ -40,8 +43,8 @@ def started_run(tmp_path, monkeypatch):
             closing.close()
 
 
-# STOPPING: SIGTERM OR CTRL-C
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+# STOPPING: CTRL-C, SIGTERM OR SIGHUP
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_stop_during_a_step_ends_the_loop_after_that_step_and_a_second_stop_at_once(started_run, signum):
     """A signal during step 3 lets step 3 finish, then the loop raises KeyboardInterrupt with 4 steps done (the
     checkpoint's step); a second signal during a step raises it in the step, whose step is then not done."""
@@ -61,11 +64,49 @@ def test_a_stop_during_a_step_ends_the_loop_after_that_step_and_a_second_stop_at
         assert run.next_step == len(done) and not run.looping
 
 
-def test_an_ignored_sigint_stays_ignored(started_run):
-    """A background job of a non-interactive shell starts with SIGINT ignored: the run does not take it back."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    started_run()
-    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+def test_an_ignored_stop_signal_stays_ignored(started_run, signum):
+    """A background job of a non-interactive shell starts with SIGINT ignored, one under nohup with SIGHUP ignored: the
+    run does not take it back, and handles the others."""
+    signal.signal(signum, signal.SIG_IGN)
+    run = started_run()
+    assert signal.getsignal(signum) is signal.SIG_IGN
+    assert all(signal.getsignal(s) == run.stop_after_the_step for s in run_bookkeeping.STOP_SIGNALS if s != signum)
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_stop_while_starting_is_one_line_and_exit_status_128_plus_the_signal(signum, status, capsys, monkeypatch):
+    """The handler a script has from its import of run_bookkeeping on (before torch's) to its loop."""
+    monkeypatch.setattr("sys.argv", ["/somewhere/td3_huber.py", "--seed", "2"])
+    with pytest.raises(SystemExit) as stopped:
+        run_bookkeeping.stop_while_starting(signum, None)
+    assert stopped.value.code == status
+    name = signal.Signals(signum).name
+    assert capsys.readouterr().err == f"td3_huber.py: stopped by {name} while starting; no step was run\n"
+
+
+def test_the_stop_handler_is_installed_at_import_only_for_a_script_beside_run_bookkeeping(tmp_path):
+    """`python td3_huber.py` imports run_bookkeeping (first of the project's modules) with the handler for every stop
+    signal but ignored ones; a program elsewhere that imports it (a tool in benchmarks/, pytest) keeps its own."""
+    probe = (
+        "import signal; import run_bookkeeping as rb\n"
+        "print([signal.getsignal(s) == rb.stop_while_starting for s in rb.STOP_SIGNALS])"
+    )
+    for where, expected in ((helpers.ROOT, "[False, True, True]"), (tmp_path, "[False, False, False]")):
+        script = Path(where) / f"probe_stop_handler_{os.getpid()}.py"
+        script.write_text(probe)
+        try:
+            result = subprocess.run(  # SIGINT ignored as a background job's: it stays so
+                [sys.executable, str(script)],
+                env={**os.environ, "PYTHONPATH": str(helpers.ROOT)},
+                capture_output=True,
+                text=True,
+                timeout=60,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+            )
+        finally:
+            script.unlink()
+        assert result.stdout.strip() == expected, result.stderr
 
 
 # THE NAN GUARD
@@ -183,3 +224,16 @@ def test_logged_scalars_reads_every_tag_in_one_pass_over_a_resumed_runs_files(tm
     values = run_bookkeeping.logged_scalars(str(tmp_path), "a", "b", "c")
     assert values == {"a": {1: 1.0, 2: 3.0}, "b": {1: 10.0, 3: 30.0}, "c": {}}
     assert len(loaded) == len(set(loaded)) == 2
+
+
+# THE RUN FOLDER
+def test_a_run_folder_is_made_exclusively(tmp_path):
+    """Two runs started in the same second ask for the same folder: the second gets name__2, a third name__3; each is
+    new (never one another run made), and `runs/` is reported as created only by the run that made it."""
+    name = str(tmp_path / "runs" / "E__td3_huber__1__1700000000")
+    first, created_first = run_bookkeeping.make_run_folder(name)
+    second, created_second = run_bookkeeping.make_run_folder(name)
+    third, _ = run_bookkeeping.make_run_folder(name)
+    assert (first, second, third) == (name, f"{name}__2", f"{name}__3")
+    assert created_first == [name, str(tmp_path / "runs")] and created_second == [f"{name}__2"]
+    assert all(os.path.isdir(folder) for folder in (first, second, third))

@@ -12,13 +12,14 @@ import sys
 import types
 from pathlib import Path
 
+import run_bookkeeping
+
 import helpers
 import pytest
 import torch
 from helpers import ROOT, error_lines, only_run_dir, read_summary, run_script, run_script_in_process
 
 import flag_extras
-import run_bookkeeping
 import td3_huber
 
 TINY = (
@@ -94,7 +95,9 @@ def test_a_run_stopped_by_sigterm_resumes_to_its_own_end_with_the_printed_comman
     assert process.returncode == 1 and "interrupted at step" in lines[-1], stderr
     python, script, *printed = re.search(r"resume with: (python \S+ --resume \S+)$", lines[-1]).group(1).split()
     assert python == "python" and script == str(ROOT / "td3_huber.py")  # the script as it was run
-    resumed = run_script("td3_huber.py", *printed, cwd=tmp_path)  # exactly the printed command, no budget given
+    assert Path(printed[-1]).is_absolute()  # so the command works wherever it is pasted (a grid job's is its own folder)
+    (tmp_path / "elsewhere").mkdir()
+    resumed = run_script("td3_huber.py", *printed, cwd=tmp_path / "elsewhere")  # the printed command, no budget given
     assert resumed.returncode == 0, resumed.stderr
     run_dir = only_run_dir(tmp_path)
     summary = read_summary(run_dir)
@@ -184,7 +187,8 @@ DISTRIBUTIONAL_MMD = ("mmd_critic", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev")
         (dict(seed=2**32), "--seed must be in [0, 2^32) (got 4294967296)"),
         (dict(obs_noise_scale=0.3), "--obs-noise-scale changes nothing without --obs-noise mult"),
         (dict(dyn_noise_std=0.05), "--dyn-noise-std changes nothing without --dyn-noise gauss"),
-        (dict(kernel_bandwidth=1e200), "--kernel-bandwidth must be in [0.01, 1e6]"),
+        (dict(kernel_bandwidth=1e200), "--kernel-bandwidth must be in [0.01, 1e6]: above 1e6, h^2 |x - y|^2 overflows"),
+        (dict(kernel_bandwidth=1e7), "--kernel-bandwidth must be in [0.01, 1e6]: above 1e6, h^2 |x - y|^2 overflows"),
         (dict(kernel_bandwidth=1e-200), "--kernel-bandwidth must be in [0.01, 1e6]: below 0.01 the float32 kernel"),
         (dict(kernel_bandwidth=0.0099), "--kernel-bandwidth must be in [0.01, 1e6]"),
         (dict(total_timesteps=3000), "--total-timesteps 3000 is not above --learning-starts 5000: no update would ever"),
@@ -361,3 +365,37 @@ def test_a_run_that_fails_before_its_first_step_leaves_no_folder(tmp_path):
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 1 and [path.name for path in (tmp_path / "runs").iterdir()] == ["kept"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_between_the_run_folder_and_the_first_step_leaves_no_folder(tmp_path, signum):
+    """The signal lands just after open_run made the fresh run's folder (networks still to build): one line, exit status
+    128 + its number, and neither the run's folder nor runs/ left behind."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        "import os, runpy, signal, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "import run_bookkeeping\n"
+        "run_bookkeeping.on_stop_signals(run_bookkeeping.stop_while_starting)  # what a script beside it gets at import\n"
+        "opened = run_bookkeeping.open_run\n"
+        "def open_then_stop(*args, **kwargs):\n"
+        "    run = opened(*args, **kwargs)\n"
+        "    assert os.path.isdir(run.run_dir)\n"
+        f"    os.kill(os.getpid(), {int(signum)})\n"
+        "    return run\n"
+        "run_bookkeeping.open_run = open_then_stop\n"
+        f"sys.argv = [{str(ROOT / 'td3_huber.py')!r}, *sys.argv[1:]]\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(driver), *TINY, "--total-timesteps", "300"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    name = signal.Signals(signum).name
+    assert result.returncode == 128 + signum
+    assert error_lines(result) == [f"td3_huber.py: stopped by {name} while starting; no step was run"], result.stderr
+    assert not (tmp_path / "runs").exists()

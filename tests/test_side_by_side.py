@@ -10,10 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import run_bookkeeping
+
 import pytest
 from helpers import ROOT, load_benchmark, read_summary
 
-import run_bookkeeping
 import td3_huber
 
 aggregate = load_benchmark("aggregate")
@@ -111,7 +112,8 @@ def test_a_grid_stopped_by_sigterm_or_sighup_stops_its_job_with_a_checkpoint_and
         assert grid.returncode == status, stdout + stderr
         name = signal.Signals(stop).name
         assert stderr.splitlines() == [
-            f"run_grid.py: interrupted by {name}; stopping the running jobs (they write checkpoints)"
+            f"run_grid.py: interrupted by {name}; stopping the running jobs (a job in its training loop writes a "
+            "checkpoint, one still starting stops with nothing to resume)"
         ]
         assert "1 interrupted" in stdout.splitlines()[-1]
         assert processes_in(folder) == []

@@ -1,9 +1,10 @@
 """benchmarks/sobolev_split.py: the return and action-gradient parts of a Sobolev critic's gradient add up to the
-gradient the script's own update takes, each part lands on its own coordinates, and the run folder is left alone."""
+gradient the script's own update takes, each part lands on its own coordinates, and the run folder is left alone; a
+checkpoint or --out it cannot use is refused in one line."""
 
 import pytest
 import torch
-from helpers import load_benchmark, only_run_dir, run_script
+from helpers import error_lines, load_benchmark, only_run_dir, run_script, run_script_in_process
 
 sobolev_split = load_benchmark("sobolev_split")
 
@@ -58,3 +59,18 @@ def test_a_checkpoint_of_another_script_is_refused_in_one_line(tmp_path):
         sobolev_split.main(sobolev_split.Args(checkpoint=str(tmp_path)))
     with pytest.raises(SystemExit, match=r"^sobolev_split.py: error: no checkpoint at"):
         sobolev_split.main(sobolev_split.Args(checkpoint=str(tmp_path / "missing")))
+
+
+def test_an_out_it_cannot_write_is_refused_before_the_checkpoint_is_read(tmp_path):
+    """--out in a missing folder, under a file or that is a folder: one line naming it and why, exit status 1, before
+    the checkpoint is looked at (the missing one is not what is blamed); nothing printed, nothing written."""
+    (tmp_path / "a_file").write_text("")
+    for out, reason in (
+        ("no/such/folder/split.json", "No such file or directory"),
+        ("a_file/split.json", "Not a directory"),
+        (".", "a folder"),
+    ):
+        result = run_script_in_process("benchmarks/sobolev_split.py", "missing_run", "--out", out, cwd=tmp_path)
+        assert result.returncode == 1 and result.stdout == ""
+        assert error_lines(result) == [f"sobolev_split.py: error: --out {out}: cannot write there ({reason})"]
+        assert [path.name for path in tmp_path.iterdir()] == ["a_file"]

@@ -6,13 +6,14 @@ import dataclasses
 import math
 import shutil
 
+import run_bookkeeping
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from helpers import error_lines, only_run_dir, read_scalars, read_summary, run_script, run_script_in_process
 
-import run_bookkeeping
 import td3_huber
 from replay_buffer import ReplayBatch
 from td3_huber import Args, Critic, RunningNormaliser, WorldModel, critic_loss, make_env, td_targets

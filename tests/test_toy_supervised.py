@@ -238,6 +238,27 @@ def test_sizes_the_machine_cannot_hold_are_refused_before_any_work(tmp_path):
     assert tss.memory_problem(tss.Args()) is None  # the paper's sizes fit
 
 
+def test_a_data_set_the_machine_cannot_hold_is_refused_before_any_training(tmp_path):
+    """--num-points 1e12 (36 TB of pairs at 4 targets each): one line naming the data set, no output folder, where it
+    used to train the unlimited regime first and then fail to allocate."""
+    out_dir = tmp_path / "D"
+    flags = ["--num-points", "16", "1000000000000", "--num-workers", "1", "--out-dir", str(out_dir)]
+    result = run_script_in_process(SCRIPT.name, *flags, cwd=tmp_path)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and len(lines) == 1, result.stderr
+    assert "the data set of --num-points 1000000000000 would need ~3.6e+04 GB over 1 worker(s)" in lines[0]
+    assert not out_dir.exists()
+
+
+def test_workers_are_capped_at_the_jobs_and_the_cores(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert tss.worker_count(tss.Args(num_workers=100), 12) == 2
+    assert tss.worker_count(tss.Args(num_workers=100), 1) == 1
+    assert tss.worker_count(tss.Args(num_workers=1), 12) == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    assert tss.worker_count(tss.Args(num_workers=16), 12) == 12
+
+
 def test_unknown_variant_is_rejected(tmp_path):
     result = run_script_in_process(SCRIPT.name, "--variants", "mmd_sobolev", "gan", cwd=tmp_path)
     assert result.returncode != 0

@@ -2,6 +2,7 @@
 back), --evaluate of a saved policy, and runs that stop or resume badly (damaged checkpoints, another script's
 checkpoint, a run folder, a smaller step budget, SIGTERM), the CPU cost note and --help."""
 
+import dataclasses
 import importlib
 import json
 import os
@@ -12,6 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import run_bookkeeping
+
+import gymnasium as gym
 import helpers
 import imageio
 import pytest
@@ -27,7 +31,7 @@ from helpers import (
     run_script_in_process,
 )
 
-import run_bookkeeping
+import td3_huber
 
 SCRIPTS = [f"{name}.py" for name in helpers.RL_SCRIPTS]
 TINY = [
@@ -149,6 +153,68 @@ def test_evaluate_under_noise_flags_given_says_so_and_records_it(tmp_path):
     assert again["obs_noise"] == "none" and again["trained_noise"] == evaluation["trained_noise"]
 
 
+def test_resume_names_every_flag_given_that_it_cannot_honour_whatever_its_value(capsys):
+    """A flag on the command line is named if the run's value differs, even where the value given is the default
+    (`--td-loss huber` on an MSE run, `--dyna` on a --no-dyna run); what resume takes (device, step budget) and flags
+    equal to the run's are not; the run keeps its settings."""
+    saved = dataclasses.asdict(td3_huber.Args(td_loss="mse", dyna=False, seed=3, hidden_dim=16))
+    argv = "--resume x --td-loss huber --dyna --seed 3 --no-cuda --total-timesteps 500".split()
+    cli = td3_huber.Args(resume="x", seed=3, cuda=False, total_timesteps=500)  # what tyro makes of argv
+    args = run_bookkeeping.resumed_args(cli, saved, argv)
+    assert (args.td_loss, args.dyna, args.seed, args.hidden_dim) == ("mse", False, 3, 16)
+    assert (args.total_timesteps, args.cuda) == (500, False)
+    assert capsys.readouterr().err == (
+        "warning: ignored on resume, the run keeps its settings: --td-loss huber (the run's: mse), "
+        "--dyna (the run's: --no-dyna)\n"
+    )
+    run_bookkeeping.resumed_args(cli, saved, "--resume x --no-cuda --total-timesteps 500".split())
+    assert capsys.readouterr().err == ""
+
+
+def test_evaluate_builds_its_env_with_the_noise_given_and_names_the_flags_it_ignores(tmp_path, capsys):
+    """--evaluate MODEL --obs-noise mult --hidden-dim 16 --seed 5 on a run trained without noise at --hidden-dim 8,
+    seed 3: the env is built with the multiplicative noise wrapper; the warning names --seed and --hidden-dim (the run's
+    actor and evaluation seeds are used), not the noise or episodes; evaluation.json records the noise."""
+    import noise_wrappers
+
+    run_args = td3_huber.Args(env_id="PointMass-v0", hidden_dim=8, seed=3)
+    actor = td3_huber.Actor(7, 2, 8)  # PointMass-v0: 7 observations, 2 actions
+    model = {"script": "td3_huber.py", "args": dataclasses.asdict(run_args), "actor": actor.state_dict()}
+    torch.save(model, tmp_path / "model.pt")
+    argv = f"--evaluate {tmp_path / 'model.pt'} --obs-noise mult --hidden-dim 16 --seed 5 --eval-episodes 1".split()
+    args = td3_huber.Args(evaluate=str(tmp_path / "model.pt"), obs_noise="mult", hidden_dim=16, seed=5, eval_episodes=1)
+    built = []
+
+    def make_env(env_args, render_mode=None):
+        built.append(td3_huber.make_env(env_args, render_mode))
+        return built[-1]
+
+    script = run_bookkeeping.Script("td3_huber.py", td3_huber.check_args, make_env, td3_huber.Actor)
+    run_bookkeeping.evaluate_saved_model(args, script, argv)
+    (env,) = built
+    wrappers = []
+    while isinstance(env, gym.Wrapper):
+        wrappers.append(type(env))
+        env = env.env
+    assert noise_wrappers.MultiplicativeObservationNoise in wrappers
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        "warning: ignored by --evaluate, which uses the run's: --seed 5 (the run's: 3), --hidden-dim 16 (the run's: 8)"
+    )
+    assert err[1] == "evaluating under the noise given: --obs-noise mult (trained: none)"
+    assert json.loads((tmp_path / "evaluation.json").read_text())["obs_noise"] == "mult"
+
+
+def test_each_evaluation_has_its_own_json_and_video_names(tmp_path):
+    """evaluation.json with videos/evaluate-episode-0.mp4, then -2, -3, ...: a number taken by either is skipped."""
+    assert run_bookkeeping.evaluation_outputs(str(tmp_path)) == (str(tmp_path / "evaluation.json"), "evaluate")
+    (tmp_path / "evaluation.json").write_text("{}")
+    assert run_bookkeeping.evaluation_outputs(str(tmp_path)) == (str(tmp_path / "evaluation-2.json"), "evaluate-2")
+    (tmp_path / "videos").mkdir()
+    (tmp_path / "videos" / "evaluate-2-episode-0.mp4").write_bytes(b"")  # a video whose JSON was removed
+    assert run_bookkeeping.evaluation_outputs(str(tmp_path)) == (str(tmp_path / "evaluation-3.json"), "evaluate-3")
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_damaged_checkpoints_are_refused_in_one_line(tmp_path, script):
     """Every file once with td3_huber.py (--resume and --evaluate), garbage with the others (the same code in each)."""
@@ -241,7 +307,7 @@ def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(
     run_dir = only_run_dir(tmp_path)
     checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
     step = checkpoint["global_step"]
-    resume = f"resume with: python {ROOT / 'td3_huber.py'} --resume {run_dir.relative_to(tmp_path) / 'checkpoint.pt'}"
+    resume = f"resume with: python {ROOT / 'td3_huber.py'} --resume {run_dir / 'checkpoint.pt'}"  # both absolute
     assert 305 <= step and lines[0] == f"td3_huber.py: error: interrupted at step {step}; {resume}"
     assert checkpoint["replay_buffer"]["size"] == step  # whole steps: the signal's step ended before the checkpoint
     result = run_script("td3_huber.py", "--resume", str(run_dir), "--total-timesteps", str(step + 20), cwd=tmp_path)

@@ -1,9 +1,12 @@
 """benchmarks/wm_gradients.py: the simulator's finite-difference Jacobians and the world model's autodiff ones, each
-against an independent computation, and the probe leaving the rollout's state as it found it."""
+against an independent computation, the probe leaving the rollout's state as it found it, and a run or --out it cannot
+use refused in one line before the rollout."""
+
+import dataclasses
 
 import numpy as np
 import torch
-from helpers import load_benchmark
+from helpers import error_lines, load_benchmark, run_script_in_process
 
 import td3_huber
 
@@ -60,3 +63,43 @@ def test_the_model_jacobian_equals_finite_differences_of_the_world_model():
 def test_compare_is_the_relative_error_and_the_cosine():
     relative, cosine = wm_gradients.compare(np.array([[1.0, 1.0]]), np.array([[2.0, 0.0]]))
     assert np.isclose(relative, np.sqrt(2.0) / 2.0) and np.isclose(cosine, 1 / np.sqrt(2.0))
+
+
+def point_mass_checkpoint(folder) -> None:
+    """folder/checkpoint.pt as td3_huber writes it for a point-mass run (the keys wm_gradients reads)."""
+    args = td3_huber.Args(env_id="PointMass-v0", hidden_dim=8, wm_hidden_dim=8)
+    env = td3_huber.make_env(args)
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    torch.save(
+        {
+            "script": "td3_huber.py",
+            "args": dataclasses.asdict(args),
+            "actor": td3_huber.Actor(obs_dim, act_dim, 8).state_dict(),
+            "world_model": td3_huber.make_world_model("cvae", obs_dim, act_dim, 8).state_dict(),
+        },
+        folder / "checkpoint.pt",
+    )
+
+
+def test_a_run_it_cannot_measure_is_refused_in_one_line_before_the_rollout(tmp_path):
+    """A point-mass run (no MuJoCo simulator to take finite differences of) and a damaged checkpoint: one line saying
+    why, exit status 1, nothing printed; an --out it cannot write is refused before the checkpoint is read."""
+    point_mass_checkpoint(tmp_path)
+    result = run_script_in_process("benchmarks/wm_gradients.py", ".", "--probes", "2", cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert error_lines(result) == [
+        "wm_gradients.py: error: the run's env PointMass-v0 is not a MuJoCo task: this tool compares the world model with"
+        " finite differences of MuJoCo's simulator, its state set back before each perturbed step"
+    ]
+    result = run_script_in_process("benchmarks/wm_gradients.py", ".", "--out", "no/such/folder/wm.json", cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert error_lines(result) == [
+        "wm_gradients.py: error: --out no/such/folder/wm.json: cannot write there (No such file or directory)"
+    ]
+    (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    result = run_script_in_process("benchmarks/wm_gradients.py", ".", cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert error_lines(result) == ["wm_gradients.py: error: cannot read './checkpoint.pt' (UnpicklingError)"]
+    result = run_script_in_process("benchmarks/wm_gradients.py", ".", "--out", ".", cwd=tmp_path)
+    assert result.returncode == 1 and error_lines(result) == ["wm_gradients.py: error: --out .: cannot write there (a folder)"]
+    assert [path.name for path in tmp_path.iterdir()] == ["checkpoint.pt"]

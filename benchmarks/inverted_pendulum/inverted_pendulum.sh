@@ -8,10 +8,11 @@
 #   python benchmarks/aggregate.py benchmarks/inverted_pendulum/grid --out benchmarks/inverted_pendulum
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,8p' "$0" | cut -c3-; exit 0; fi
+GIVEN_DIR=${1:+$(realpath -m -- "$1")}  # a GRID_DIR given is the caller's, relative to where they are
 cd "$(dirname "$0")/../.."
 [[ $# -le 1 ]] || { echo "inverted_pendulum.sh: error: one argument at most, GRID_DIR (got $#)" >&2; exit 1; }
 [[ "${1:-}" != -* ]] || { echo "inverted_pendulum.sh: error: unknown option $1 (the one argument is GRID_DIR)" >&2; exit 1; }
-GRID_DIR=${1:-benchmarks/inverted_pendulum/grid}
+GRID_DIR=${GIVEN_DIR:-benchmarks/inverted_pendulum/grid}
 WORKERS=${WORKERS:-2}
 python benchmarks/run_grid.py --scripts dsdpg_msmmd_sobolev mage_huber_sobolev td3_huber --env-ids InvertedPendulum-v4 \
     --seeds 1 2 --grid-dir "$GRID_DIR" --workers "$WORKERS" --threads-per-job 1 \

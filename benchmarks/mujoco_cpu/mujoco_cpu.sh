@@ -16,10 +16,11 @@
 #   python benchmarks/aggregate.py benchmarks/mujoco_cpu/grid --out benchmarks/mujoco_cpu/results
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,16p' "$0" | cut -c3-; exit 0; fi
+GIVEN_DIR=${1:+$(realpath -m -- "$1")}  # a GRID_DIR given is the caller's, relative to where they are
 cd "$(dirname "$0")/../.."
 [[ $# -le 1 ]] || { echo "mujoco_cpu.sh: error: one argument at most, GRID_DIR (got $#)" >&2; exit 1; }
 [[ "${1:-}" != -* ]] || { echo "mujoco_cpu.sh: error: unknown option $1 (the one argument is GRID_DIR)" >&2; exit 1; }
-GRID_DIR=${1:-benchmarks/mujoco_cpu/grid}
+GRID_DIR=${GIVEN_DIR:-benchmarks/mujoco_cpu/grid}
 SIZES="--obs-noise mult --hidden-dim 128 --wm-hidden-dim 256 --batch-size 64 --learning-rate 3e-4 \
 --wm-learning-rate 3e-4 --eval-episodes 10 --checkpoint-frequency 5000"
 declare -A TASK=(

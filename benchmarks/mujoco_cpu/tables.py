@@ -9,9 +9,11 @@ Usage (after `python benchmarks/aggregate.py benchmarks/mujoco_cpu/grid --out be
 """
 
 import csv
+import math
 import os
 import sys
 from dataclasses import dataclass
+from typing import NoReturn
 
 import tyro
 
@@ -19,6 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from aggregate import SCRIPT_ORDER  # noqa: E402
 
+TABLE_CSV = os.path.join(HERE, "results", "table.csv")
 PAGE = os.path.join(HERE, "README.md")
 README = os.path.join(os.path.dirname(os.path.dirname(HERE)), "README.md")
 
@@ -38,6 +41,8 @@ NAMES = {
 README_COLUMNS = {"InvertedDoublePendulum-v4": ("final_eval_return", "nauc")}
 """The README's statistics per task (IDP, whose solved runs can collapse, also its nAUC); the others: final return"""
 LABELS = {"final_eval_return": "final return", "nauc": "nAUC"}
+NUMBERS = [f"{metric}_{part}" for metric in LABELS for part in ("median", "ci_lo", "ci_hi")]
+"""The columns of table.csv the tables print, besides script, env and n_seeds"""
 
 
 def whole(value: float) -> str:
@@ -55,17 +60,58 @@ def estimate(row: dict, metric: str) -> str:
     return f"{whole(median)} [{whole(low)}, {whole(high)}]"
 
 
+def fail(message: str) -> NoReturn:
+    sys.exit(f"tables.py: error: {message}")
+
+
+def read_csv(path: str) -> list[dict]:
+    """table.csv's rows as dicts; refuses, naming the file, one that is missing, unreadable, damaged (a column the
+    tables print missing, a row cut short or too long, a number that is not one) or without rows."""
+    try:
+        with open(path, newline="", encoding="utf-8") as file:
+            reader = csv.reader(file)
+            lines = [(reader.line_num, line) for line in reader if line]  # (line number, cells), blank lines skipped
+    except FileNotFoundError:
+        fail(f"no {path}: make it with aggregate.py first (see this tool's usage)")
+    except OSError as error:
+        fail(f"cannot read {path} ({error.strerror or error})")
+    except (UnicodeDecodeError, csv.Error) as error:
+        fail(f"{path} is damaged ({error})")
+    if not lines:
+        fail(f"{path} is empty: make it again with aggregate.py")
+    (_, names), lines = lines[0], lines[1:]
+    if missing := [name for name in ("script", "env", "n_seeds", *NUMBERS) if name not in names]:
+        fail(f"{path} is damaged: its header has no column {', '.join(missing)}")
+    if not lines:
+        fail(f"{path} has a header but no rows: make it again with aggregate.py")
+    rows = []
+    for line_num, line in lines:
+        if len(line) != len(names):
+            fail(f"{path} is damaged: line {line_num} has {len(line)} cells, not {len(names)}")
+        row = dict(zip(names, line))
+        for name in ("n_seeds", *NUMBERS):
+            try:
+                value = float(row[name])
+            except ValueError:
+                value = math.nan
+            if not math.isfinite(value) or (name == "n_seeds" and not value.is_integer()):
+                fail(f"{path} is damaged: line {line_num}'s {name} is {row[name]!r}")
+        rows.append(row)
+    return rows
+
+
 def read_rows(path: str) -> dict[tuple[str, str], dict]:
-    """(env, script) -> the row of table.csv, for the grid's tasks and groups; refuses a row whose group is unnamed."""
-    with open(path, newline="") as file:
-        rows = list(csv.DictReader(file))
+    """(env, script) -> the row of table.csv, for the grid's tasks and groups; refuses a damaged table.csv (read_csv),
+    one without a row of the grid's tasks, and a row whose group is unnamed."""
     table = {}
-    for row in rows:
+    for row in read_csv(path):
         if row["env"] not in TASKS:
             continue
         if row["script"] not in NAMES:
-            sys.exit(f"tables.py: error: {path} has a group this tool does not name: {row['script']} on {row['env']}")
+            fail(f"{path} has a group this tool does not name: {row['script']} on {row['env']}")
         table[row["env"], row["script"]] = row
+    if not table:
+        fail(f"{path} has no row of the grid's tasks ({', '.join(TASKS)})")
     return table
 
 
@@ -111,7 +157,7 @@ def replace_table(text: str, table: str, path: str) -> str:
     lines = text.split("\n")
     found = [i for i, line in enumerate(lines) if line.startswith(start)]
     if len(found) != 1:
-        sys.exit(f"tables.py: error: {path} has {len(found)} tables starting {start!r}, not one")
+        fail(f"{path} has {len(found)} tables starting {start!r}, not one")
     end = found[0]
     while end < len(lines) and lines[end].startswith("|"):
         end += 1
@@ -125,7 +171,7 @@ class Args:
 
 
 def main(args: Args) -> None:
-    table = read_rows(os.path.join(HERE, "results", "table.csv"))
+    table = read_rows(TABLE_CSV)
     made = (("page", PAGE, page_table(table)), ("README", README, readme_table(table)))
     for what, path, text in made:
         print(f"The {what}'s table ({os.path.relpath(path)}):\n\n{text}\n")

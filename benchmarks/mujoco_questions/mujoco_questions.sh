@@ -15,7 +15,7 @@
 # or SIGHUP; in the background: `pkill -INT -f benchmarks/run_grid.py`). The cost plan: README.md beside this file.
 #   bash benchmarks/mujoco_questions/mujoco_questions.sh [GRID_DIR]     (default benchmarks/mujoco_questions/grid)
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,17p' "$0" | cut -c3-; exit 0; fi
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,16p' "$0" | cut -c3-; exit 0; fi
 [[ $# -le 1 ]] || { echo "mujoco_questions.sh: error: one argument at most, GRID_DIR (got $#)" >&2; exit 1; }
 [[ "${1:-}" != -* ]] || { echo "mujoco_questions.sh: error: unknown option $1 (the one argument is GRID_DIR)" >&2; exit 1; }
 GRID_DIR=$(realpath -m "${1:-$(dirname "$0")/grid}")

@@ -10,10 +10,11 @@
 #   python benchmarks/aggregate.py benchmarks/toy_utd10/grid --out benchmarks/toy_utd10/trend   (the trend with M)
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,10p' "$0" | cut -c3-; exit 0; fi
+GIVEN_DIR=${1:+$(realpath -m -- "$1")}  # a GRID_DIR given is the caller's, relative to where they are
 cd "$(dirname "$0")/../.."
 [[ $# -le 1 ]] || { echo "trend.sh: error: one argument at most, GRID_DIR (got $#)" >&2; exit 1; }
 [[ "${1:-}" != -* ]] || { echo "trend.sh: error: unknown option $1 (the one argument is GRID_DIR)" >&2; exit 1; }
-GRID_DIR=${1:-benchmarks/toy_utd10/grid}
+GRID_DIR=${GIVEN_DIR:-benchmarks/toy_utd10/grid}
 WORKERS=${WORKERS:-2}
 COMMON="--total-timesteps 10000 --learning-starts 1000 --hidden-dim 64 --wm-hidden-dim 64 --batch-size 64 \
 --updates-per-step 10 --learning-rate 1e-3 --wm-learning-rate 1e-3 --eval-frequency 1000 --eval-episodes 20 \
