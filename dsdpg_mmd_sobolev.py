@@ -95,7 +95,7 @@ class Args:
     mmd_estimator: Literal["biased", "unbiased"] = "biased"
     """estimator of the squared MMD"""
     truncation: float = 25.0
-    """percent of the 2N target points with the largest returns dropped (TQC); the paper uses 5 on the point mass"""
+    """percent of the 2N target points with the top returns dropped (TQC): the paper's 25; 10 in benchmarks/mujoco_questions"""
     sobolev: Literal["action", "complete"] = "action"
     """bootstrap (Z, dZ/da), the paper's operator, or (Z, dZ/da, dZ/ds), its complete operator"""
 

@@ -92,7 +92,7 @@ class Args:
     num_cosines: int = 64
     """cosines cos(pi i tau), i = 0..num_cosines-1, embedding the quantile level tau"""
     truncation: float = 25.0
-    """percent of the 2N target points with the largest returns dropped (TQC); the paper uses 5 on the point mass"""
+    """percent of the 2N target points with the top returns dropped (TQC): the paper's 25; 10 in benchmarks/mujoco_questions"""
 
     # World model (Dyna)
     world_model: Literal["cvae", "flow"] = "cvae"
