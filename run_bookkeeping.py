@@ -111,7 +111,6 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
         (args.eval_frequency >= 1, "--eval-frequency must be >= 1"),
         (args.eval_episodes >= 1, "--eval-episodes must be >= 1"),
         (args.checkpoint_frequency >= 0 and args.contraction_frequency >= 0, "frequencies must be >= 0"),
-        (not args.cudagraphs or (args.cuda and torch.cuda.is_available()), "--cudagraphs needs a CUDA GPU (and --cuda)"),
         (args.evaluate is None or args.resume is None, "--evaluate and --resume exclude each other"),
         (args.resume is None or os.path.isfile(args.resume), f"--resume: no checkpoint at {args.resume!r}"),
         (args.evaluate is None or os.path.isfile(args.evaluate), f"--evaluate: no model at {args.evaluate!r}"),
@@ -119,6 +118,16 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
     for ok, message in checks:
         if not ok:
             raise ValueError(message)
+
+
+def training_device(args) -> tuple[torch.device, bool]:
+    """The device a run trains on (a CUDA GPU with --cuda and one, else the CPU) and whether its updates run there as
+    CUDA graphs (--cudagraphs, a GPU's only). On a GPU float32 matmuls take --matmul-precision: `high` is TF32, what JAX
+    (the paper's code) computes them in by default on Ampere and later, `highest` full float32. A CPU is left as it is."""
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision(args.matmul_precision)
+    return device, args.cudagraphs and device.type == "cuda"
 
 
 WORLD_MODEL_FLAGS = ("world_model", "wm_hidden_dim", "wm_learning_rate", "wm_updates_per_step", "dyna_reward")
@@ -310,10 +319,11 @@ def ignored_flags(cli_args, used, argv: list[str], honoured: tuple[str, ...]) ->
 
 
 def resumed_args(cli_args, saved: dict, argv: list[str]):
-    """The checkpoint's settings, its step budget included; the device, tracking and videos come from the command line,
-    and the budget too where --total-timesteps is given there."""
+    """The checkpoint's settings, its step budget included; the device (and on a GPU its graphs and matmul precision),
+    tracking and videos come from the command line, and the budget too where --total-timesteps is given there."""
     args = type(cli_args)(**saved)
-    taken = ("cuda", "resume", "capture_video", "track", "wandb_project_name", "wandb_entity", "total_timesteps")
+    taken = ("cuda", "cudagraphs", "matmul_precision", "resume", "capture_video", "track", "wandb_project_name")
+    taken += ("wandb_entity", "total_timesteps")
     for name in taken:
         if name != "total_timesteps" or given(argv, name):
             setattr(args, name, getattr(cli_args, name))
@@ -732,7 +742,8 @@ CPU_SIZES = {  # the README's CPU-sized point-mass run
     "eval_episodes": 20,
     "truncation": 5.0,
 }
-NOT_CARRIED = ("exp_name", "seed", "cuda", "compile", "cudagraphs", "buffer_size", "contraction_frequency", "capture_video")
+NOT_CARRIED = ("exp_name", "seed", "cuda", "compile", "cudagraphs", "matmul_precision", "buffer_size", "contraction_frequency")
+NOT_CARRIED += ("capture_video",)
 NOT_CARRIED += ("track", "wandb_project_name", "wandb_entity", "save_model", "checkpoint_frequency", "resume", "evaluate")
 
 

@@ -39,8 +39,10 @@ class Args:
     """use the GPU when one is present"""
     compile: bool = False
     """torch.compile the actor and the world-model loss (the parts never differentiated twice or under vmap)"""
-    cudagraphs: bool = False
-    """capture the critic and actor updates as CUDA graphs and replay them (LeanRL-style; CUDA only)"""
+    cudagraphs: bool = True
+    """on a CUDA GPU, capture the critic and actor updates as CUDA graphs and replay them (LeanRL-style; CPU: no effect)"""
+    matmul_precision: Literal["high", "highest"] = "high"
+    """float32 matmuls on a CUDA GPU: high = TF32, as JAX by default (the paper's code); highest = full float32"""
 
     # Environment
     env_id: str = "Walker2d-v4"
@@ -422,7 +424,7 @@ def main(args: Args) -> None:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = True
     torch.set_flush_denormal(True)  # CPU: floats below 1e-38 as 0 (each such operand costs ~100 cycles on x86; README)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    device, cuda_graphs = run_bookkeeping.training_device(args)  # a GPU: CUDA graphs and TF32 matmuls by default
 
     obs_dim = env.observation_space.shape[0]
     act_dim = env.action_space.shape[0]
@@ -431,8 +433,8 @@ def main(args: Args) -> None:
     target_actor = copy.deepcopy(actor).requires_grad_(False)
     target_critic = copy.deepcopy(critic).requires_grad_(False)
     # foreach: each RAdam operation runs once over all of a network's tensors (torch's CPU default loops over them)
-    actor_optimizer = torch.optim.RAdam(actor.parameters(), lr=args.learning_rate, foreach=True, capturable=args.cudagraphs)
-    critic_optimizer = torch.optim.RAdam(critic.parameters(), lr=args.learning_rate, foreach=True, capturable=args.cudagraphs)
+    actor_optimizer = torch.optim.RAdam(actor.parameters(), lr=args.learning_rate, foreach=True, capturable=cuda_graphs)
+    critic_optimizer = torch.optim.RAdam(critic.parameters(), lr=args.learning_rate, foreach=True, capturable=cuda_graphs)
     world_model = wm_optimizer = None  # --no-dyna: no world model
     if args.dyna:
         world_model = make_world_model(args.world_model, obs_dim, act_dim, args.wm_hidden_dim).to(device)
@@ -488,7 +490,7 @@ def main(args: Args) -> None:
     monitor_contraction = args.contraction_frequency > 0 and args.dyna  # needs a trained world model
     start_step = run.start(stateful, device)  # --resume: every state as saved
     obs, _ = env.reset(seed=args.seed if run.checkpoint is None else None)  # resumed: a fresh episode, RNG as saved
-    if args.cudagraphs:
+    if cuda_graphs:
         from flag_extras import CudaGraphStep
 
         update_critic, update_actor = CudaGraphStep(update_critic), CudaGraphStep(update_actor)

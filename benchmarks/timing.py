@@ -20,9 +20,10 @@ Usage:
     python benchmarks/timing.py --env-id Hopper-v4 --scripts td3_huber dsdpg_msmmd_sobolev --seconds 10
     python benchmarks/timing.py --scripts td3_huber dsdpg_msmmd_sobolev "dsdpg_msmmd_sobolev@world_model=flow"
     python benchmarks/timing.py --device cuda --env-id Humanoid-v4 --scripts dsdpg_mmd_sobolev \
-        "dsdpg_mmd_sobolev@cudagraphs=true" --out benchmarks/timing/humanoid_cuda.json
+        "dsdpg_mmd_sobolev@cudagraphs=false,matmul_precision=highest" --out benchmarks/timing/humanoid_cuda.json
 A script name may carry settings of its own after "@" (comma-separated name=value), e.g. a world-model variant,
-`compile=true` or `cudagraphs=true` (CUDA graphs; FLOPs and the breakdown are always counted on the eager update,
+`compile=true` or `cudagraphs=false` (on a GPU the scripts' defaults are CUDA graphs and TF32 matmuls, so eager float32 is
+`cudagraphs=false,matmul_precision=highest`; FLOPs and the breakdown are always counted on the eager update,
 neither compiled nor captured, which does the same arithmetic). On a GPU every timed run is closed by a device
 synchronisation. Every flag, script and setting is checked before any work (one line, exit 1); `--out` is
 written after every script ("complete": false until the last): a measurement interrupted (Ctrl-C, SIGTERM, a lent

@@ -3,9 +3,9 @@
 Each worker computes with one thread, and so do the scripts and tools its tests start: two workers of torch's default
 thread count (one per core) would oversubscribe the cores, and a spinning thread pool then slows a test several times
 over. The longest test (~2 minutes: every experiment's smoke, 72 short runs in one process) starts first, so that the
-other worker runs the rest of the suite beside it. Every test leaves the SIGINT, SIGTERM and SIGHUP handlers as it found them: a
-script's `main()` run in-process installs its own, which would otherwise outlive the test (and keep its run, replay
-buffer and all, alive).
+other worker runs the rest of the suite beside it. Every test leaves the SIGINT, SIGTERM and SIGHUP handlers (and the
+float32 matmul precision) as it found them: a script's `main()` run in-process installs its own, which would otherwise
+outlive the test (and keep its run, replay buffer and all, alive).
 """
 
 import os
@@ -28,6 +28,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(autouse=True)
 def signal_handlers_put_back():
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    precision = torch.get_float32_matmul_precision()  # a GPU run sets TF32; the finite differences compute in float32
     yield
     for signum, handler in handlers.items():
         signal.signal(signum, handler)
+    torch.set_float32_matmul_precision(precision)
