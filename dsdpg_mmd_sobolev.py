@@ -41,7 +41,7 @@ class Args:
     compile: bool = False
     """torch.compile the actor and the world-model loss (the parts never differentiated twice or under vmap)"""
     cudagraphs: bool = True
-    """on a CUDA GPU, capture the critic and actor updates as CUDA graphs and replay them (LeanRL-style; CPU: no effect)"""
+    """on a GPU, capture the critic and actor updates as CUDA graphs and replay them (LeanRL-style; CPU: no effect)"""
     matmul_precision: Literal["high", "highest"] = "high"
     """float32 matmuls on a CUDA GPU: high = TF32, as JAX by default (the paper's code); highest = full float32"""
 
@@ -97,7 +97,7 @@ class Args:
     mmd_estimator: Literal["biased", "unbiased"] = "biased"
     """estimator of the squared MMD"""
     truncation: float = 25.0
-    """percent of the 2N target points with the top returns dropped (TQC): the paper's 25; 10 in benchmarks/mujoco_questions"""
+    """percent of the 2N target points with top returns dropped (TQC): paper's 25; 10 in benchmarks/mujoco_questions"""
     sobolev: Literal["action", "complete"] = "action"
     """bootstrap (Z, dZ/da), the paper's operator, or (Z, dZ/da, dZ/ds), its complete operator"""
 
@@ -111,7 +111,7 @@ class Args:
     wm_updates_per_step: int = 1
     """world-model gradient steps per environment step"""
     dyna_reward: Literal["replay", "model"] = "replay"
-    """the Dyna target's reward: `replay` = the replay row's value (as its done flag) with the model's d r^/da; `model` = r^"""
+    """Dyna target reward: `replay` = the replay row's value (as its done flag) and the model's d r^/da; `model` = r^"""
 
     # Evaluation, logging, checkpoints
     eval_frequency: int = 5_000
@@ -139,22 +139,29 @@ class Args:
 
 
 def check_args(args: Args) -> None:
-    """Raise ValueError naming the first bad flag: run_bookkeeping.check_flags checks the flags every script has, and these."""
+    """Raise ValueError naming the first bad flag: run_bookkeeping.check_flags checks the flags every script has, and
+    these."""
     run_bookkeeping.check_flags(
         args,
         lambda: [  # this script's own flags, checked after the sizes of those every script has
-            (args.num_samples >= 2 and args.num_samples_policy >= 1, "--num-samples must be >= 2, --num-samples-policy >= 1"),
+            (
+                args.num_samples >= 2 and args.num_samples_policy >= 1,
+                "--num-samples must be >= 2, --num-samples-policy >= 1",
+            ),
             (args.noise_dim >= 1, "--noise-dim must be >= 1"),
             (  # below 0.01 the float32 kernel is constant for returns < 0.05 apart
                 args.kernel_bandwidth >= 0.01,
-                "--kernel-bandwidth must be in [0.01, 1e6]: below 0.01 the float32 kernel cannot tell returns 0.05 apart",
+                "--kernel-bandwidth must be in [0.01, 1e6]: below 0.01 the float32 kernel cannot tell returns "
+                "0.05 apart",
             ),
             (  # h^2 |x - y|^2 stays finite
                 args.kernel_bandwidth <= 1e6,
-                "--kernel-bandwidth must be in [0.01, 1e6]: above 1e6, h^2 |x - y|^2 overflows float32 for points 1e13 apart",
+                "--kernel-bandwidth must be in [0.01, 1e6]: above 1e6, h^2 |x - y|^2 overflows float32 for points "
+                "1e13 apart",
             ),
             (
-                0 <= args.truncation and 2 * args.num_samples - round(2 * args.num_samples * args.truncation / 100) >= 2,
+                0 <= args.truncation
+                and 2 * args.num_samples - round(2 * args.num_samples * args.truncation / 100) >= 2,
                 "--truncation must be >= 0 and keep at least 2 of the 2N target points",
             ),
         ],
@@ -163,10 +170,13 @@ def check_args(args: Args) -> None:
 
 # ENV HELPERS
 def make_env(args: Args, render_mode: str | None = None) -> gym.Env:
-    """The training/evaluation env: dynamics noise, episode statistics, actions in [-1, 1], observation noise, float32."""
+    """The training/evaluation env: dynamics noise, episode statistics, actions in [-1, 1], observation noise,
+    float32."""
     spec = gym.registry.get(args.env_id)
     if spec is not None and "mujoco" in str(spec.entry_point) and args.env_id[-3:] in ("-v2", "-v3"):
-        raise ValueError(f"{args.env_id} needs mujoco-py (the paper's ids): use {args.env_id[:-1]}4 or {args.env_id[:-1]}5")
+        raise ValueError(
+            f"{args.env_id} needs mujoco-py (the paper's ids): use {args.env_id[:-1]}4 or {args.env_id[:-1]}5"
+        )
     try:
         env = gym.make(args.env_id, render_mode=render_mode)
     except gym.error.Error as error:
@@ -176,7 +186,9 @@ def make_env(args: Args, render_mode: str | None = None) -> gym.Env:
     if not np.all(np.isfinite(env.action_space.low) & np.isfinite(env.action_space.high)):
         raise ValueError(f"{args.env_id} has an unbounded action space")
     if args.dyn_noise == "gauss":
-        std = args.dyn_noise_std if args.dyn_noise_std is not None else noise_wrappers.default_dyn_noise_std(args.env_id)
+        std = (
+            args.dyn_noise_std if args.dyn_noise_std is not None else noise_wrappers.default_dyn_noise_std(args.env_id)
+        )
         env = noise_wrappers.GaussianDynamicsNoise(env, std)
     env = gym.wrappers.RecordEpisodeStatistics(env)
     env = gym.wrappers.RescaleAction(env, np.float32(-1.0), np.float32(1.0))
@@ -223,8 +235,8 @@ class Critic(nn.Module):
         self.fc3 = EnsembleLinear(num_critics, hidden_dim, 1)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        """obs (R, S) or (E, R, S), actions (R, A) or (E, R, A), noise (E', R, noise_dim) -> return samples (E', R) of the
-        first E' <= E critics."""
+        """obs (R, S) or (E, R, S), actions (R, A) or (E, R, A), noise (E', R, noise_dim) -> return samples (E', R) of
+        the first E' <= E critics."""
         rows = (noise.shape[0], obs.shape[-2])
         embedding = F.silu(self.noise2(F.silu(self.noise1(noise))))  # (E, R, 64)
         x = torch.cat([obs.expand(*rows, -1), actions.expand(*rows, -1), embedding], -1)  # (E, R, S+A+64)
@@ -258,7 +270,8 @@ class SkipMLP(nn.Module):
     def __init__(self, in_dim: int, hidden_dim: int, out_dim: int, num_hidden: int = 3):
         super().__init__()
         self.hidden = nn.ModuleList(
-            [nn.Linear(in_dim, hidden_dim)] + [nn.Linear(hidden_dim + in_dim, hidden_dim) for _ in range(num_hidden - 1)]
+            [nn.Linear(in_dim, hidden_dim)]
+            + [nn.Linear(hidden_dim + in_dim, hidden_dim) for _ in range(num_hidden - 1)]
         )
         self.out = nn.Linear(hidden_dim, out_dim)
 
@@ -270,7 +283,8 @@ class SkipMLP(nn.Module):
 
 
 class RunningNormaliser(nn.Module):
-    """Running mean and std (Chan et al.'s parallel update, float64) of a stream of vectors; std floored at `min_std`."""
+    """Running mean and std (Chan et al.'s parallel update, float64) of a stream of vectors; std floored at
+    `min_std`."""
 
     def __init__(self, dim: int, min_std: float = 1e-2):
         super().__init__()
@@ -371,7 +385,9 @@ class WorldModel(nn.Module):
         mean, log_std = params.chunk(2, -1)
         return mean, log_std.clamp(-10.0, 2.0)
 
-    def loss(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+    def loss(
+        self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor
+    ) -> torch.Tensor:
         """Negative ELBO (up to constants) of a batch: obs (B, S), actions (B, A), rewards (B,), next_obs (B, S)."""
         cond = self.condition(obs, actions)  # (B, S+A)
         target = self.normaliser.normalise(torch.cat([next_obs - obs, rewards[:, None]], -1), self.out_part)  # (B, S+1)
@@ -440,7 +456,8 @@ def mmd2(x: torch.Tensor, y: torch.Tensor, h: float, estimator: str = "biased") 
 
 
 def truncate_top(samples: torch.Tensor, p: float) -> torch.Tensor:
-    """Drop the round(n p / 100) points with the largest return coordinate (TQC): (..., n, d) -> (..., n - round(n p / 100), d)."""
+    """Drop the round(n p / 100) points with the largest return coordinate (TQC): (..., n, d) ->
+    (..., n - round(n p / 100), d)."""
     n = samples.shape[-2]
     keep = samples[..., 0].topk(n - round(n * p / 100), dim=-1, largest=False).indices  # (..., kept)
     return samples.gather(-2, keep.unsqueeze(-1).expand(*keep.shape, samples.shape[-1]))
@@ -470,9 +487,11 @@ def sobolev_targets(
     complete: bool = False,
 ) -> torch.Tensor:
     """The 2N Sobolev Bellman target points (y_ck, dy_ck/da) of each pair, critic 1's N then critic 2's N, detached
-    (complete: (y_ck, dy_ck/da, dy_ck/ds)): obs (B, S), actions (B, A), rewards and terminations (B,) -> (B, 2N, 1+A[+S]).
+    (complete: (y_ck, dy_ck/da, dy_ck/ds)): obs (B, S), actions (B, A), rewards and terminations (B,) ->
+    (B, 2N, 1+A[+S]).
 
-    (s'_k, r^_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise), y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k),
+    (s'_k, r^_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise),
+    y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k),
     r_k the replay reward with r^_k's gradient or r^_k itself (`dyna_reward` "replay" or "model", see `dyna_rewards`).
     dy_ck/da is its total derivative: the paper's Sobolev Bellman target (Eqs. fsaret, fsaaction; g for the dynamics).
     Every sample has its own input copy, every critic its own cotangent; one torch.autograd.grad(...,
@@ -480,16 +499,24 @@ def sobolev_targets(
     """
     batch, n, act_dim, num_critics = obs.shape[0], num_samples, actions.shape[-1], target_critic.num_critics
     with torch.enable_grad():
-        sample_actions = actions.detach()[:, None].expand(batch, n, act_dim).clone().requires_grad_()  # a leaf per sample
+        sample_actions = (
+            actions.detach()[:, None].expand(batch, n, act_dim).clone().requires_grad_()
+        )  # a leaf per sample
         sample_obs = obs.detach()[:, None].expand(batch, n, obs.shape[-1]).clone().requires_grad_(complete)
-        next_obs, model_rewards = world_model.sample(sample_obs.flatten(0, 1), sample_actions.flatten(0, 1), 1, copies=n)
+        next_obs, model_rewards = world_model.sample(
+            sample_obs.flatten(0, 1), sample_actions.flatten(0, 1), 1, copies=n
+        )
         next_obs, model_rewards = next_obs[:, 0], model_rewards.reshape(batch, n)  # (B*N, S), (B, N)
         next_actions = target_actor(next_obs)  # (B*N, A)
         smoothing = (torch.randn_like(next_actions) * policy_noise).clamp(-noise_clip, noise_clip)
         next_actions = (next_actions + smoothing).clamp(-1.0, 1.0)
         noise = torch.randn(num_critics, batch * n, target_critic.noise_dim, device=obs.device)
-        critic_inputs = [x.detach().requires_grad_()[None].expand(num_critics, -1, -1) for x in (next_obs, next_actions)]
-        next_z = target_critic(*critic_inputs, noise).reshape(num_critics, batch, n)  # (E, B, N), each on its own (s', a')
+        critic_inputs = [
+            x.detach().requires_grad_()[None].expand(num_critics, -1, -1) for x in (next_obs, next_actions)
+        ]
+        next_z = target_critic(*critic_inputs, noise).reshape(
+            num_critics, batch, n
+        )  # (E, B, N), each on its own (s', a')
         dz_ds, dz_da = torch.autograd.grad(next_z.sum(), critic_inputs)  # (E, B*N, S), (E, B*N, A): one pass, no zeros
         rewards = dyna_rewards(rewards[:, None], model_rewards, dyna_reward)  # (B, N)
         returns = rewards + gamma * (1.0 - terminations)[:, None] * next_z  # (E, B, N)
@@ -506,10 +533,13 @@ def sobolev_samples(
     critic: Critic, obs: torch.Tensor, actions: torch.Tensor, num_samples: int, complete: bool = False
 ) -> torch.Tensor:
     """Prediction points (Z_e(s, a, xi_j), dZ_e/da(s, a, xi_j)[, dZ_e/ds]), j = 1..N, of every online critic e, graph
-    kept so the loss trains each critic through its own gradients (double backprop): (B, S), (B, A) -> (E, B, N, 1+A[+S])."""
+    kept so the loss trains each critic through its own gradients (double backprop): (B, S), (B, A) ->
+    (E, B, N, 1+A[+S])."""
     batch, n, act_dim, num_critics = obs.shape[0], num_samples, actions.shape[-1], critic.num_critics
     sample_actions = actions.detach()[None, :, None].expand(num_critics, batch, n, act_dim).clone().requires_grad_()
-    sample_obs = obs.detach()[None, :, None].expand(num_critics, batch, n, obs.shape[-1]).clone().requires_grad_(complete)
+    sample_obs = (
+        obs.detach()[None, :, None].expand(num_critics, batch, n, obs.shape[-1]).clone().requires_grad_(complete)
+    )
     noise = torch.randn(num_critics, batch * n, critic.noise_dim, device=obs.device)
     z = critic(sample_obs.flatten(1, 2), sample_actions.reshape(num_critics, batch * n, act_dim), noise)
     z = z.reshape(num_critics, batch, n)  # (E, B, N)
@@ -552,14 +582,20 @@ def log_update(
     q_values = batch["predictions"][..., 0]  # (2, B, N)
     writer.add_scalar("losses/qf1_values", q_values[0].mean().item(), step)
     writer.add_scalar("losses/qf2_values", q_values[1].mean().item(), step)
-    writer.add_scalar("losses/qf1_action_grad_norm", batch["predictions"][0, ..., 1 : act_dim + 1].norm(dim=-1).mean(), step)
-    writer.add_scalar("losses/target_action_grad_norm", batch["targets"][..., 1 : act_dim + 1].norm(dim=-1).mean(), step)
+    writer.add_scalar(
+        "losses/qf1_action_grad_norm", batch["predictions"][0, ..., 1 : act_dim + 1].norm(dim=-1).mean(), step
+    )
+    writer.add_scalar(
+        "losses/target_action_grad_norm", batch["targets"][..., 1 : act_dim + 1].norm(dim=-1).mean(), step
+    )
     for name, value in losses.items():
         writer.add_scalar(f"losses/{name}", value.item(), step)
 
 
 def main(args: Args) -> None:
-    run = run_bookkeeping.open_run(args, __file__, check_args, make_env, Actor)  # checked flags (--resume: the run's), envs
+    run = run_bookkeeping.open_run(
+        args, __file__, check_args, make_env, Actor
+    )  # checked flags (--resume: the run's), envs
     args, env = run.args, run.env
 
     # TRY NOT TO MODIFY: seeding
@@ -578,9 +614,13 @@ def main(args: Args) -> None:
     target_critic = copy.deepcopy(critic).requires_grad_(False)
     # foreach: each RAdam operation runs once over all of a network's tensors (torch's CPU default loops over them)
     actor_optimizer = torch.optim.RAdam(actor.parameters(), lr=args.learning_rate, foreach=True, capturable=cuda_graphs)
-    critic_optimizer = torch.optim.RAdam(critic.parameters(), lr=args.learning_rate, foreach=True, capturable=cuda_graphs)
+    critic_optimizer = torch.optim.RAdam(
+        critic.parameters(), lr=args.learning_rate, foreach=True, capturable=cuda_graphs
+    )
     world_model = make_world_model(args.world_model, obs_dim, act_dim, args.wm_hidden_dim).to(device)
-    wm_optimizer = torch.optim.RAdam(world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4, foreach=True)
+    wm_optimizer = torch.optim.RAdam(
+        world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4, foreach=True
+    )
     rb = replay_buffer.ReplayBuffer(obs_dim, act_dim, args.buffer_size, device)
     networks = dict(
         actor=actor, critic=critic, target_actor=target_actor, target_critic=target_critic, world_model=world_model
@@ -618,7 +658,12 @@ def main(args: Args) -> None:
         critic_optimizer.zero_grad()
         qf_loss.backward()
         critic_optimizer.step()
-        return {"obs": data.obs, "predictions": predictions.detach(), "targets": targets.detach(), "qf_loss": qf_loss.detach()}
+        return {
+            "obs": data.obs,
+            "predictions": predictions.detach(),
+            "targets": targets.detach(),
+            "qf_loss": qf_loss.detach(),
+        }
 
     def update_actor(obs: torch.Tensor) -> torch.Tensor:
         """One actor step on the critic step's states obs (B, S), then the target networks' Polyak step."""
@@ -690,8 +735,14 @@ def main(args: Args) -> None:
             run.check_finite(losses, global_step)  # the world model's warm-up steps too
             run.log_speed(global_step)
 
-            if monitor_contraction and global_step >= args.learning_starts and global_step % args.contraction_frequency == 0:
-                with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # training draws stay the same
+            if (
+                monitor_contraction
+                and global_step >= args.learning_starts
+                and global_step % args.contraction_frequency == 0
+            ):
+                with torch.random.fork_rng(
+                    devices=[device] if device.type == "cuda" else []
+                ):  # training draws stay the same
                     data = rb.sample(args.batch_size)
                     factors = contraction_factor(data.obs, data.actions, world_model, target_actor, args.gamma)  # (B,)
                 run.writer.add_scalar("charts/contraction_gamma_kappa", factors.median().item(), global_step)

@@ -168,8 +168,11 @@ class FlowWorldModel(nn.Module):
         z, log_det = self.forward_transform(x, cond)
         return -0.5 * (z.pow(2).sum(-1) + self.dim * math.log(2 * math.pi)) + log_det
 
-    def loss(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
-        """Negative mean log-likelihood of normalised (ds, r): obs (B, S), actions (B, A), rewards (B,), next_obs (B, S)."""
+    def loss(
+        self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor
+    ) -> torch.Tensor:
+        """Negative mean log-likelihood of normalised (ds, r): obs (B, S), actions (B, A), rewards (B,), next_obs
+        (B, S)."""
         cond = self.condition(obs, actions)  # (B, S+A)
         target = self.normaliser.normalise(torch.cat([next_obs - obs, rewards[:, None]], -1), self.out_part)  # (B, S+1)
         return -self.log_prob(target, cond).mean()
@@ -191,11 +194,11 @@ class FlowWorldModel(nn.Module):
 
 # CUDA GRAPHS (--cudagraphs)
 class CudaGraphStep:
-    """A training step run as one CUDA graph (--cudagraphs), LeanRL-style. Its first `warmup` calls run eagerly on a side
-    stream (optimizer states, cuBLAS workspaces and autograd buffers get allocated there), the next call is captured,
-    and every later call replays the capture. The step may not sync with the host; tensor arguments are copied into the
-    captured ones (nothing to copy when they are the same tensors), and the outputs are the same tensors at every call,
-    overwritten by each replay."""
+    """A training step run as one CUDA graph (--cudagraphs), LeanRL-style. Its first `warmup` calls run eagerly on a
+    side stream (optimizer states, cuBLAS workspaces and autograd buffers get allocated there), the next call is
+    captured, and every later call replays the capture. The step may not sync with the host; tensor arguments are copied
+    into the captured ones (nothing to copy when they are the same tensors), and the outputs are the same tensors at
+    every call, overwritten by each replay."""
 
     def __init__(self, step: Callable, warmup: int = 3):
         self.step, self.warmup, self.graph = step, warmup, None
@@ -225,7 +228,8 @@ class CudaGraphStep:
 # TRACKING (--track) AND VIDEO (--capture-video)
 def start_tracking(args, run_dir: str) -> ModuleType:
     """wandb.init as CleanRL does: TensorBoard synced, hyperparameters and code saved; the W&B run's id is the run
-    name, so a resumed run continues it. W&B files go to $WANDB_DIR if set, else runs/wandb/. Returns the wandb module."""
+    name, so a resumed run continues it. W&B files go to $WANDB_DIR if set, else runs/wandb/. Returns the wandb
+    module."""
     run_name = os.path.basename(run_dir)
     try:
         import wandb

@@ -1,4 +1,4 @@
-"""IQN critic for continuous actions: implicit quantile networks with a deterministic actor (the "IQN" baseline of DSDPG).
+"""IQN critic for continuous actions: implicit quantile networks with a deterministic actor (DSDPG's "IQN" baseline).
 
 Each critic maps (s, a, tau), tau ~ U(0, 1), to the tau-quantile of the return (Dabney et al. 2018), trained with the
 quantile Huber loss (kappa = 1) between N predicted quantiles and 2N targets y = r_k + gamma (1 - d) Z'_c(s'_k, a'_k,
@@ -42,7 +42,7 @@ class Args:
     compile: bool = False
     """torch.compile the actor and the world-model loss (the parts never differentiated twice or under vmap)"""
     cudagraphs: bool = True
-    """on a CUDA GPU, capture the critic and actor updates as CUDA graphs and replay them (LeanRL-style; CPU: no effect)"""
+    """on a GPU, capture the critic and actor updates as CUDA graphs and replay them (LeanRL-style; CPU: no effect)"""
     matmul_precision: Literal["high", "highest"] = "high"
     """float32 matmuls on a CUDA GPU: high = TF32, as JAX by default (the paper's code); highest = full float32"""
 
@@ -94,7 +94,7 @@ class Args:
     num_cosines: int = 64
     """cosines cos(pi i tau), i = 0..num_cosines-1, embedding the quantile level tau"""
     truncation: float = 25.0
-    """percent of the 2N target points with the top returns dropped (TQC): the paper's 25; 10 in benchmarks/mujoco_questions"""
+    """percent of the 2N target points with top returns dropped (TQC): paper's 25; 10 in benchmarks/mujoco_questions"""
 
     # World model (Dyna)
     world_model: Literal["cvae", "flow"] = "cvae"
@@ -106,7 +106,7 @@ class Args:
     wm_updates_per_step: int = 1
     """world-model gradient steps per environment step"""
     dyna_reward: Literal["replay", "model"] = "replay"
-    """the Dyna target's reward: `replay` = the replay row's value (as its done flag) with the model's d r^/da; `model` = r^"""
+    """Dyna target reward: `replay` = the replay row's value (as its done flag) and the model's d r^/da; `model` = r^"""
 
     # Evaluation, logging, checkpoints
     eval_frequency: int = 5_000
@@ -134,14 +134,19 @@ class Args:
 
 
 def check_args(args: Args) -> None:
-    """Raise ValueError naming the first bad flag: run_bookkeeping.check_flags checks the flags every script has, and these."""
+    """Raise ValueError naming the first bad flag: run_bookkeeping.check_flags checks the flags every script has, and
+    these."""
     run_bookkeeping.check_flags(
         args,
         lambda: [  # this script's own flags, checked after the sizes of those every script has
-            (args.num_samples >= 2 and args.num_samples_policy >= 1, "--num-samples must be >= 2, --num-samples-policy >= 1"),
+            (
+                args.num_samples >= 2 and args.num_samples_policy >= 1,
+                "--num-samples must be >= 2, --num-samples-policy >= 1",
+            ),
             (args.num_cosines >= 1, "--num-cosines must be >= 1"),
             (
-                0 <= args.truncation and 2 * args.num_samples - round(2 * args.num_samples * args.truncation / 100) >= 1,
+                0 <= args.truncation
+                and 2 * args.num_samples - round(2 * args.num_samples * args.truncation / 100) >= 1,
                 "--truncation must be >= 0 and keep at least 1 of the 2N target points",
             ),
         ],
@@ -150,10 +155,13 @@ def check_args(args: Args) -> None:
 
 # ENV HELPERS
 def make_env(args: Args, render_mode: str | None = None) -> gym.Env:
-    """The training/evaluation env: dynamics noise, episode statistics, actions in [-1, 1], observation noise, float32."""
+    """The training/evaluation env: dynamics noise, episode statistics, actions in [-1, 1], observation noise,
+    float32."""
     spec = gym.registry.get(args.env_id)
     if spec is not None and "mujoco" in str(spec.entry_point) and args.env_id[-3:] in ("-v2", "-v3"):
-        raise ValueError(f"{args.env_id} needs mujoco-py (the paper's ids): use {args.env_id[:-1]}4 or {args.env_id[:-1]}5")
+        raise ValueError(
+            f"{args.env_id} needs mujoco-py (the paper's ids): use {args.env_id[:-1]}4 or {args.env_id[:-1]}5"
+        )
     try:
         env = gym.make(args.env_id, render_mode=render_mode)
     except gym.error.Error as error:
@@ -163,7 +171,9 @@ def make_env(args: Args, render_mode: str | None = None) -> gym.Env:
     if not np.all(np.isfinite(env.action_space.low) & np.isfinite(env.action_space.high)):
         raise ValueError(f"{args.env_id} has an unbounded action space")
     if args.dyn_noise == "gauss":
-        std = args.dyn_noise_std if args.dyn_noise_std is not None else noise_wrappers.default_dyn_noise_std(args.env_id)
+        std = (
+            args.dyn_noise_std if args.dyn_noise_std is not None else noise_wrappers.default_dyn_noise_std(args.env_id)
+        )
         env = noise_wrappers.GaussianDynamicsNoise(env, std)
     env = gym.wrappers.RecordEpisodeStatistics(env)
     env = gym.wrappers.RescaleAction(env, np.float32(-1.0), np.float32(1.0))
@@ -202,7 +212,8 @@ def cosine_embedding(taus: torch.Tensor, num_cosines: int) -> torch.Tensor:
 
 class Critic(nn.Module):
     """Twin implicit quantile critics Z_e(s, a, tau), e = 1..E, in one batched network: the input [s, a, m_e(tau)] goes
-    through 2 SiLU hidden layers and is skipped into the second; m_e, two width-64 SiLU layers, embeds the cosines of tau."""
+    through 2 SiLU hidden layers and is skipped into the second; m_e, two width-64 SiLU layers, embeds the cosines of
+    tau."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden_dim: int, num_cosines: int, num_critics: int = 2):
         super().__init__()
@@ -216,8 +227,8 @@ class Critic(nn.Module):
         self.fc3 = EnsembleLinear(num_critics, hidden_dim, 1)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
-        """obs (R, S) or (E, R, S), actions (R, A) or (E, R, A), taus (E', R) in (0, 1) -> quantiles (E', R) of the first
-        E' <= E critics."""
+        """obs (R, S) or (E, R, S), actions (R, A) or (E, R, A), taus (E', R) in (0, 1) -> quantiles (E', R) of the
+        first E' <= E critics."""
         rows = (taus.shape[0], obs.shape[-2])
         cosines = cosine_embedding(taus, self.num_cosines)  # (E, R, num_cosines)
         embedding = F.silu(self.noise2(F.silu(self.noise1(cosines))))  # (E, R, 64)
@@ -252,7 +263,8 @@ class SkipMLP(nn.Module):
     def __init__(self, in_dim: int, hidden_dim: int, out_dim: int, num_hidden: int = 3):
         super().__init__()
         self.hidden = nn.ModuleList(
-            [nn.Linear(in_dim, hidden_dim)] + [nn.Linear(hidden_dim + in_dim, hidden_dim) for _ in range(num_hidden - 1)]
+            [nn.Linear(in_dim, hidden_dim)]
+            + [nn.Linear(hidden_dim + in_dim, hidden_dim) for _ in range(num_hidden - 1)]
         )
         self.out = nn.Linear(hidden_dim, out_dim)
 
@@ -264,7 +276,8 @@ class SkipMLP(nn.Module):
 
 
 class RunningNormaliser(nn.Module):
-    """Running mean and std (Chan et al.'s parallel update, float64) of a stream of vectors; std floored at `min_std`."""
+    """Running mean and std (Chan et al.'s parallel update, float64) of a stream of vectors; std floored at
+    `min_std`."""
 
     def __init__(self, dim: int, min_std: float = 1e-2):
         super().__init__()
@@ -329,7 +342,9 @@ class WorldModel(nn.Module):
         mean, log_std = params.chunk(2, -1)
         return mean, log_std.clamp(-10.0, 2.0)
 
-    def loss(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+    def loss(
+        self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor
+    ) -> torch.Tensor:
         """Negative ELBO (up to constants) of a batch: obs (B, S), actions (B, A), rewards (B,), next_obs (B, S)."""
         cond = self.condition(obs, actions)  # (B, S+A)
         target = self.normaliser.normalise(torch.cat([next_obs - obs, rewards[:, None]], -1), self.out_part)  # (B, S+1)
@@ -384,7 +399,8 @@ def quantile_huber_loss(
 
 
 def truncate_top(samples: torch.Tensor, p: float) -> torch.Tensor:
-    """Drop the round(n p / 100) points with the largest return coordinate (TQC): (..., n, d) -> (..., n - round(n p / 100), d)."""
+    """Drop the round(n p / 100) points with the largest return coordinate (TQC): (..., n, d) ->
+    (..., n - round(n p / 100), d)."""
     n = samples.shape[-2]
     keep = samples[..., 0].topk(n - round(n * p / 100), dim=-1, largest=False).indices  # (..., kept)
     return samples.gather(-2, keep.unsqueeze(-1).expand(*keep.shape, samples.shape[-1]))
@@ -415,7 +431,8 @@ def return_targets(
     """The 2N distributional Bellman target returns y_ck of each pair, critic 1's N then critic 2's N:
     obs (B, S), actions (B, A), rewards and terminations (B,) -> (B, 2N, 1).
 
-    (s'_k, r^_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise), y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k),
+    (s'_k, r^_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise),
+    y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k),
     r_k the replay reward with r^_k's gradient or r^_k itself (`dyna_reward` "replay" or "model", see `dyna_rewards`).
     The target critics' quantile levels tau'_ck ~ U(0, 1) are fresh draws.
     """
@@ -482,7 +499,9 @@ def log_update(
 
 
 def main(args: Args) -> None:
-    run = run_bookkeeping.open_run(args, __file__, check_args, make_env, Actor)  # checked flags (--resume: the run's), envs
+    run = run_bookkeeping.open_run(
+        args, __file__, check_args, make_env, Actor
+    )  # checked flags (--resume: the run's), envs
     args, env = run.args, run.env
 
     # TRY NOT TO MODIFY: seeding
@@ -501,9 +520,13 @@ def main(args: Args) -> None:
     target_critic = copy.deepcopy(critic).requires_grad_(False)
     # foreach: each RAdam operation runs once over all of a network's tensors (torch's CPU default loops over them)
     actor_optimizer = torch.optim.RAdam(actor.parameters(), lr=args.learning_rate, foreach=True, capturable=cuda_graphs)
-    critic_optimizer = torch.optim.RAdam(critic.parameters(), lr=args.learning_rate, foreach=True, capturable=cuda_graphs)
+    critic_optimizer = torch.optim.RAdam(
+        critic.parameters(), lr=args.learning_rate, foreach=True, capturable=cuda_graphs
+    )
     world_model = make_world_model(args.world_model, obs_dim, act_dim, args.wm_hidden_dim).to(device)
-    wm_optimizer = torch.optim.RAdam(world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4, foreach=True)
+    wm_optimizer = torch.optim.RAdam(
+        world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4, foreach=True
+    )
     rb = replay_buffer.ReplayBuffer(obs_dim, act_dim, args.buffer_size, device)
     networks = dict(
         actor=actor, critic=critic, target_actor=target_actor, target_critic=target_critic, world_model=world_model
@@ -540,7 +563,12 @@ def main(args: Args) -> None:
         critic_optimizer.zero_grad()
         qf_loss.backward()
         critic_optimizer.step()
-        return {"obs": data.obs, "predictions": predictions.detach(), "targets": targets.detach(), "qf_loss": qf_loss.detach()}
+        return {
+            "obs": data.obs,
+            "predictions": predictions.detach(),
+            "targets": targets.detach(),
+            "qf_loss": qf_loss.detach(),
+        }
 
     def update_actor(obs: torch.Tensor) -> torch.Tensor:
         """One actor step on the critic step's states obs (B, S), then the target networks' Polyak step."""
@@ -612,8 +640,14 @@ def main(args: Args) -> None:
             run.check_finite(losses, global_step)  # the world model's warm-up steps too
             run.log_speed(global_step)
 
-            if monitor_contraction and global_step >= args.learning_starts and global_step % args.contraction_frequency == 0:
-                with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # training draws stay the same
+            if (
+                monitor_contraction
+                and global_step >= args.learning_starts
+                and global_step % args.contraction_frequency == 0
+            ):
+                with torch.random.fork_rng(
+                    devices=[device] if device.type == "cuda" else []
+                ):  # training draws stay the same
                     data = rb.sample(args.batch_size)
                     factors = contraction_factor(data.obs, data.actions, world_model, target_actor, args.gamma)  # (B,)
                 run.writer.add_scalar("charts/contraction_gamma_kappa", factors.median().item(), global_step)

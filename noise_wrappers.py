@@ -54,9 +54,9 @@ class GaussianDynamicsNoise(gym.Wrapper):
                 for jtype, adr in zip(model.jnt_type.tolist(), model.jnt_qposadr.tolist())
                 if jtype in (free, ball)
             ]
-            self.quaternion_index = np.array([[i, i + 1, i + 2, i + 3] for i in quaternion_starts], dtype=np.int64).reshape(
-                -1, 4
-            )
+            self.quaternion_index = np.array(
+                [[i, i + 1, i + 2, i + 3] for i in quaternion_starts], dtype=np.int64
+            ).reshape(-1, 4)
         elif not isinstance(base, pointmass_env.PointMassEnv):
             raise ValueError("--dyn-noise gauss needs a MuJoCo env or PointMass-v0")
 

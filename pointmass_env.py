@@ -111,7 +111,9 @@ class PointMassEnv(gymnasium.Env):
     def _info(self, touched: np.ndarray) -> dict[str, Any]:
         return {"active_bonus": self.active_bonus, "touched": touched}
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self.pos = self.np_random.uniform(-START_HALF_WIDTH, START_HALF_WIDTH, size=2)
         self.vel = np.zeros(2)

@@ -30,7 +30,9 @@ class ReplayBuffer:
         self.size = 0
         self.fill = torch.zeros((), dtype=torch.float64, device=device)  # self.size, on the device
 
-    def add(self, obs: torch.Tensor, action: torch.Tensor, reward: float, next_obs: torch.Tensor, terminated: bool) -> None:
+    def add(
+        self, obs: torch.Tensor, action: torch.Tensor, reward: float, next_obs: torch.Tensor, terminated: bool
+    ) -> None:
         self.obs[self.pos] = obs
         self.actions[self.pos] = action
         self.rewards[self.pos] = reward
@@ -42,7 +44,9 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int) -> ReplayBatch:
         idx = (torch.rand(batch_size, dtype=torch.float64, device=self.obs.device) * self.fill).long()  # (B,) < size
-        return ReplayBatch(self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.terminations[idx])
+        return ReplayBatch(
+            self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.terminations[idx]
+        )
 
     def state_dict(self) -> dict:
         """The filled rows, copied: a saved view would drag the whole preallocated storage into the checkpoint."""

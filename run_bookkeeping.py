@@ -49,8 +49,12 @@ def stop_while_starting(signum: int, frame: object) -> NoReturn:
     raise SystemExit(128 + signum)
 
 
-if os.path.dirname(os.path.abspath(getattr(sys.modules["__main__"], "__file__", "") or "")) == os.path.dirname(__file__):
-    on_stop_signals(stop_while_starting)  # run by a script beside this module, which imports it before torch and gymnasium
+if os.path.dirname(os.path.abspath(getattr(sys.modules["__main__"], "__file__", "") or "")) == os.path.dirname(
+    __file__
+):
+    on_stop_signals(
+        stop_while_starting
+    )  # run by a script beside this module, which imports it before torch and gymnasium
 
 import gymnasium as gym
 import numpy as np
@@ -91,8 +95,8 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
         (args.learning_starts >= 0, "--learning-starts must be >= 0"),
         (  # a resumed run is checked with its own settings (read_checkpoint), an evaluation trains nothing
             args.total_timesteps > args.learning_starts or args.resume is not None or args.evaluate is not None,
-            f"--total-timesteps {args.total_timesteps} is not above --learning-starts {args.learning_starts}: no update "
-            "would ever run (raise --total-timesteps or lower --learning-starts)",
+            f"--total-timesteps {args.total_timesteps} is not above --learning-starts {args.learning_starts}: no "
+            "update would ever run (raise --total-timesteps or lower --learning-starts)",
         ),
         (args.batch_size >= 1, "--batch-size must be >= 1"),
         (args.buffer_size >= args.batch_size, "--buffer-size must be >= --batch-size"),
@@ -123,7 +127,8 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
 def training_device(args) -> tuple[torch.device, bool]:
     """The device a run trains on (a CUDA GPU with --cuda and one, else the CPU) and whether its updates run there as
     CUDA graphs (--cudagraphs, a GPU's only). On a GPU float32 matmuls take --matmul-precision: `high` is TF32, what JAX
-    (the paper's code) computes them in by default on Ampere and later, `highest` full float32. A CPU is left as it is."""
+    (the paper's code) computes them in by default on Ampere and later, `highest` full float32. A CPU is left as it
+    is."""
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     if device.type == "cuda":
         torch.set_float32_matmul_precision(args.matmul_precision)
@@ -170,11 +175,17 @@ def memory_needed(args, obs_dim: int, act_dim: int) -> dict[str, int]:
     weights += 3 * wm * (2 * wm + 4 * (2 * obs_dim + act_dim + 1))  # the cVAE's prior, encoder and decoder
     samples = max(getattr(args, "num_samples", 1), getattr(args, "num_samples_policy", 1))
     widths = f"--hidden-dim {hidden}" + (f", --wm-hidden-dim {wm}" if dyna else "")
-    batch = f"--batch-size {args.batch_size}" + (f", --num-samples {args.num_samples}" if hasattr(args, "num_samples") else "")
+    batch = f"--batch-size {args.batch_size}" + (
+        f", --num-samples {args.num_samples}" if hasattr(args, "num_samples") else ""
+    )
     return {
         f"the replay buffer of --buffer-size {args.buffer_size}": 4 * args.buffer_size * (2 * obs_dim + act_dim + 2),
         f"the networks of {widths} with their optimizer states": 4 * 5 * weights,
-        f"one update's largest tensor at {batch}": 4 * 2 * args.batch_size * samples * max(hidden, wm, 2 * samples, extra),
+        f"one update's largest tensor at {batch}": 4
+        * 2
+        * args.batch_size
+        * samples
+        * max(hidden, wm, 2 * samples, extra),
     }
 
 
@@ -189,8 +200,8 @@ def check_memory(args, obs_dim: int, act_dim: int) -> None:
     if sum(needed.values()) > available:
         part, size = max(needed.items(), key=lambda item: item[1])
         raise ValueError(
-            f"{part} would need ~{readable_bytes(size)}, more than the {readable_bytes(available)} {where} (the whole run: "
-            f"~{readable_bytes(sum(needed.values()))} at least, an order-of-magnitude estimate); lower the sizes"
+            f"{part} would need ~{readable_bytes(size)}, more than the {readable_bytes(available)} {where} (the whole "
+            f"run: ~{readable_bytes(sum(needed.values()))} at least, an order-of-magnitude estimate); lower the sizes"
         )
 
 
@@ -230,7 +241,12 @@ def critic_values(run_dir: str, window: int = VALUE_WINDOW) -> dict | None:
         return None
     last = max(values)
     recent = [value for step, value in values.items() if step > last - window]
-    return {"tag": VALUE_TAG, "window_steps": window, "mean": float(np.mean(recent)), "max": float(max(values.values()))}
+    return {
+        "tag": VALUE_TAG,
+        "window_steps": window,
+        "mean": float(np.mean(recent)),
+        "max": float(max(values.values())),
+    }
 
 
 def fail(script_name: str, message: str) -> NoReturn:
@@ -265,7 +281,9 @@ def load_checkpoint(path: str, script_name: str) -> dict:
     except Exception as error:  # garbage, empty and truncated files fail in pickle, zip and OS errors alike
         raise ValueError(f"cannot read {path!r} ({type(error).__name__}): it is damaged, empty or truncated") from None
     if not isinstance(saved, dict) or saved.get("script") != script_name:
-        writer = (saved.get("script") or "an older version of the scripts") if isinstance(saved, dict) else "something else"
+        writer = (
+            (saved.get("script") or "an older version of the scripts") if isinstance(saved, dict) else "something else"
+        )
         raise ValueError(f"{path!r} was written by {writer}; this is {script_name}")
     if not all(torch.isfinite(tensor).all() for tensor in floating_tensors(saved)):
         raise ValueError(f"{path!r} holds non-finite weights: a run stopped by a NaN/inf saves one for inspection only")
@@ -310,10 +328,15 @@ def ignored_flags(cli_args, used, argv: list[str], honoured: tuple[str, ...]) ->
     defaults, found = type(cli_args)(), []
     for field in fields(cli_args):
         name, value = field.name, getattr(cli_args, field.name)
-        if name not in honoured and (given(argv, name) or value != getattr(defaults, name)) and value != getattr(used, name):
+        if (
+            name not in honoured
+            and (given(argv, name) or value != getattr(defaults, name))
+            and value != getattr(used, name)
+        ):
             run_value = getattr(used, name)
             found.append(
-                f"{flag(name, value)} (the run's: {flag(name, run_value) if isinstance(run_value, bool) else run_value})"
+                f"{flag(name, value)} (the run's: "
+                f"{flag(name, run_value) if isinstance(run_value, bool) else run_value})"
             )
     return found
 
@@ -335,13 +358,16 @@ def resumed_args(cli_args, saved: dict, argv: list[str]):
 def read_checkpoint(args, check_args: Callable, script_name: str, argv: list[str] | None = None) -> tuple:
     """--resume: (the run's Args, with the command line's device, tracking and video, and its step budget unless
     --total-timesteps is given in `argv` (sys.argv); the checkpoint; the run folder). The checkpoint's states are loaded
-    later by `restore`; every problem is a one-line ValueError. A finished run (summary.json written) is left as it is."""
+    later by `restore`; every problem is a one-line ValueError. A finished run (summary.json written) is left as it
+    is."""
     argv = sys.argv[1:] if argv is None else argv
     args.resume = file_in_run(args.resume, "checkpoint.pt")
     check_args(effective_args(args))  # a flag that changes nothing is ignored on resume
     checkpoint = load_checkpoint(args.resume, script_name)
     if "global_step" not in checkpoint:
-        raise ValueError(f"{args.resume!r} is a saved model, not a checkpoint: --resume takes checkpoint.pt or its run folder")
+        raise ValueError(
+            f"{args.resume!r} is a saved model, not a checkpoint: --resume takes checkpoint.pt or its run folder"
+        )
     try:
         args = resumed_args(args, checkpoint["args"], argv)
     except (KeyError, TypeError) as error:
@@ -350,17 +376,21 @@ def read_checkpoint(args, check_args: Callable, script_name: str, argv: list[str
     step, run_dir = checkpoint["global_step"], os.path.dirname(os.path.abspath(args.resume))
     if args.total_timesteps < step:
         raise ValueError(
-            f"--total-timesteps {args.total_timesteps} is below the checkpoint's step {step}: resuming would repeat steps"
+            f"--total-timesteps {args.total_timesteps} is below the checkpoint's step {step}: resuming would repeat "
+            "steps"
         )
-    if args.total_timesteps == step and os.path.isfile(os.path.join(run_dir, "summary.json")):  # else: finish its outputs
+    if args.total_timesteps == step and os.path.isfile(
+        os.path.join(run_dir, "summary.json")
+    ):  # else: finish its outputs
         print(
-            f"{run_dir} is at step {step} of {step}: nothing to do (a larger --total-timesteps continues it)", file=sys.stderr
+            f"{run_dir} is at step {step} of {step}: nothing to do (a larger --total-timesteps continues it)",
+            file=sys.stderr,
         )
         raise SystemExit(0)
     if args.total_timesteps <= args.learning_starts:
         raise ValueError(
-            f"--total-timesteps {args.total_timesteps} is not above the run's --learning-starts {args.learning_starts}: "
-            "no update would ever run (give a larger --total-timesteps)"
+            f"--total-timesteps {args.total_timesteps} is not above the run's --learning-starts "
+            f"{args.learning_starts}: no update would ever run (give a larger --total-timesteps)"
         )
     writable_folder(run_dir)
     return args, checkpoint, run_dir
@@ -387,8 +417,8 @@ def restore(checkpoint: dict, stateful: dict, env: gym.Env, device: torch.device
 
 # EVALUATION (periodic, and --evaluate of a saved policy)
 def evaluate(actor: nn.Module, env: gym.Env, num_episodes: int, seed: int, device: torch.device) -> list[float]:
-    """Returns of the deterministic policy over `num_episodes` episodes reset with seeds seed, seed+1, ...; a video being
-    recorded (RecordVideo, --capture-video) is written before returning."""
+    """Returns of the deterministic policy over `num_episodes` episodes reset with seeds seed, seed+1, ...; a video
+    being recorded (RecordVideo, --capture-video) is written before returning."""
     returns = []
     for episode in range(num_episodes):
         obs, _ = env.reset(seed=seed + episode)
@@ -431,7 +461,9 @@ def evaluate_saved_model(args, script: Script, argv: list[str] | None = None) ->
             print(f"warning: ignored by --evaluate, which uses the run's: {', '.join(ignored)}", file=sys.stderr)
         if (noise := {name: getattr(run_args, name) for name in NOISE_FLAGS}) != trained_noise:
             differ = [name for name in NOISE_FLAGS if noise[name] != trained_noise[name]]
-            said = ", ".join(f"--{name.replace('_', '-')} {noise[name]} (trained: {trained_noise[name]})" for name in differ)
+            said = ", ".join(
+                f"--{name.replace('_', '-')} {noise[name]} (trained: {trained_noise[name]})" for name in differ
+            )
             print(f"evaluating under the noise given: {said}", file=sys.stderr)
         run_args.eval_episodes, run_dir = args.eval_episodes, os.path.dirname(os.path.abspath(args.evaluate))
         writable_folder(run_dir)
@@ -443,7 +475,9 @@ def evaluate_saved_model(args, script: Script, argv: list[str] | None = None) ->
         else:
             env = script.make_env(run_args)
         device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-        actor = script.actor_class(env.observation_space.shape[0], env.action_space.shape[0], run_args.hidden_dim).to(device)
+        actor = script.actor_class(env.observation_space.shape[0], env.action_space.shape[0], run_args.hidden_dim).to(
+            device
+        )
         actor.load_state_dict(saved["actor"])
     except (RuntimeError, KeyError, TypeError) as error:
         raise ValueError(f"cannot evaluate {args.evaluate!r}: {' '.join(str(error).split())}") from None
@@ -463,7 +497,8 @@ def evaluate_saved_model(args, script: Script, argv: list[str] | None = None) ->
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
     print(
-        f"eval return {result['mean_return']:.2f} +- {result['std_return']:.2f} over {len(returns)} episodes of {run_args.env_id}; written to {path}"
+        f"eval return {result['mean_return']:.2f} +- {result['std_return']:.2f} over {len(returns)} episodes of "
+        f"{run_args.env_id}; written to {path}"
     )
     env.close()
 
@@ -474,7 +509,9 @@ def evaluation_outputs(run_dir: str) -> tuple[str, str]:
     for number in itertools.count(1):
         suffix = "" if number == 1 else f"-{number}"
         path, prefix = os.path.join(run_dir, f"evaluation{suffix}.json"), f"evaluate{suffix}"
-        if not os.path.exists(path) and not glob.glob(os.path.join(glob.escape(run_dir), "videos", f"{prefix}-episode-*")):
+        if not os.path.exists(path) and not glob.glob(
+            os.path.join(glob.escape(run_dir), "videos", f"{prefix}-episode-*")
+        ):
             return path, prefix
 
 
@@ -589,9 +626,9 @@ class Run:
         return self.start_step
 
     def stop_after_the_step(self, signum: int, frame: object) -> None:
-        """Ctrl-C, SIGTERM (what Slurm and most schedulers send before killing a job) or SIGHUP (a closed terminal) in the
-        loop: the step under way ends, then the loop raises KeyboardInterrupt, so the checkpoint holds whole steps. A
-        second one, or one outside the loop, raises it at once."""
+        """Ctrl-C, SIGTERM (what Slurm and most schedulers send before killing a job) or SIGHUP (a closed terminal) in
+        the loop: the step under way ends, then the loop raises KeyboardInterrupt, so the checkpoint holds whole steps.
+        A second one, or one outside the loop, raises it at once."""
         if self.stop_requested or not self.looping:
             raise KeyboardInterrupt
         self.stop_requested = True
@@ -619,7 +656,9 @@ class Run:
     def state(self, next_step: int) -> dict:
         """Everything a resumed run needs: tensors and plain Python values only (loads with weights_only=True)."""
         counters = dict(global_step=next_step, num_critic_updates=self.num_critic_updates, eval_steps=self.eval_steps)
-        counters.update(eval_returns=self.eval_returns, wall_time_s=self.previous_wall_time + time.time() - self.start_time)
+        counters.update(
+            eval_returns=self.eval_returns, wall_time_s=self.previous_wall_time + time.time() - self.start_time
+        )
         rng = dict(torch_rng=torch.get_rng_state(), env_rng=self.env.unwrapped.np_random.bit_generator.state)
         rng["cuda_rng"] = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
         states = {name: state.state_dict() for name, state in self.stateful.items()}
@@ -639,14 +678,19 @@ class Run:
             bad = ", ".join(f"{name}={value.item()}" for name, value in losses.items())
             path = os.path.join(self.run_dir, "nonfinite_checkpoint.pt")
             save_checkpoint(path, self.state(step + 1))
-            fail(self.script_name, f"non-finite loss at step {step} (checked every 100 steps; {bad}); state saved to {path}")
+            fail(
+                self.script_name,
+                f"non-finite loss at step {step} (checked every 100 steps; {bad}); state saved to {path}",
+            )
 
     def log_speed(self, step: int) -> None:
         """SPS every 100 steps; the CPU cost note once the learning steps can be timed."""
         if step % 100 == 0:
             self.sps = int((step + 1 - self.start_step) / (time.time() - self.start_time))
             self.writer.add_scalar("charts/SPS", self.sps, step)
-            self.progress.set_postfix(SPS=self.sps, eval=self.eval_returns[-1] if self.eval_returns else None, refresh=False)
+            self.progress.set_postfix(
+                SPS=self.sps, eval=self.eval_returns[-1] if self.eval_returns else None, refresh=False
+            )
             if self.cost_note_due and step >= self.args.learning_starts + 100:
                 self.time_the_learning_steps(step)
 
@@ -662,9 +706,10 @@ class Run:
         self.cost_note_due, steps = False, self.args.total_timesteps - step
         if seconds * steps > 3600:
             self.progress.write(
-                f"note: a learning step takes {seconds:.2f} s on this CPU (--updates-per-step {self.args.updates_per_step}), "
-                f"so the {steps} steps left will take about {seconds * steps / 3600:.0f} h; the defaults are the paper's GPU "
-                f"sizes. A CPU-sized run of the same algorithm (README): {cpu_sized_command(self.args, self.script_name)}",
+                f"note: a learning step takes {seconds:.2f} s on this CPU (--updates-per-step "
+                f"{self.args.updates_per_step}), so the {steps} steps left will take about "
+                f"{seconds * steps / 3600:.0f} h; the defaults are the paper's GPU sizes. A CPU-sized run of the same "
+                f"algorithm (README): {cpu_sized_command(self.args, self.script_name)}",
                 file=sys.stderr,
             )
 
@@ -685,7 +730,8 @@ class Run:
         self.progress.set_postfix(SPS=self.sps, eval=self.eval_returns[-1], refresh=False)
 
     def checkpoint_if_due(self, step: int) -> None:
-        """At an episode end, once --checkpoint-frequency steps have passed: a resumed run continues as if never stopped."""
+        """At an episode end, once --checkpoint-frequency steps have passed: a resumed run continues as if never
+        stopped."""
         if self.args.checkpoint_frequency and step + 1 - self.last_checkpoint_step >= self.args.checkpoint_frequency:
             save_checkpoint(self.checkpoint_path, self.state(step + 1))
             self.last_checkpoint_step = step + 1
@@ -698,7 +744,8 @@ class Run:
         if self.progress is not None:  # None: stopped before the loop
             self.progress.close()
         typed = sys.argv[0] if os.path.basename(sys.argv[0]) == self.script_name else self.script_name  # as it was run
-        # a script run by its absolute path (a grid job, in a folder of its own): the checkpoint's too, to paste anywhere
+        # a script run by its absolute path (a grid job, in a folder of its own):
+        # the checkpoint's too, to paste anywhere
         path = os.path.abspath(self.checkpoint_path) if os.path.isabs(typed) else self.checkpoint_path
         fail(self.script_name, f"interrupted at step {step}; resume with: python {typed} --resume {path}")
 
@@ -713,14 +760,20 @@ class Run:
                 os.path.join(self.run_dir, "model.pt"), {"script": self.script_name, **weights, "args": asdict(args)}
             )
         summary = dict(
-            final_eval_return=returns[-1], eval_steps=self.eval_steps, eval_returns=returns, nauc=float(np.mean(returns))
+            final_eval_return=returns[-1],
+            eval_steps=self.eval_steps,
+            eval_returns=returns,
+            nauc=float(np.mean(returns)),
         )
         self.writer.flush()
         summary["critic_values"] = critic_values(self.run_dir)
         summary.update(wall_time_s=self.previous_wall_time + time.time() - self.start_time, args=asdict(args))
         with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
-        print(f"final eval return {summary['final_eval_return']:.2f}, nAUC {summary['nauc']:.2f}; outputs in {self.run_dir}")
+        print(
+            f"final eval return {summary['final_eval_return']:.2f}, nAUC {summary['nauc']:.2f}; outputs in "
+            f"{self.run_dir}"
+        )
         for closing in (self.env, self.eval_env, self.writer):
             closing.close()
         if self.wandb is not None:
@@ -742,9 +795,26 @@ CPU_SIZES = {  # the README's CPU-sized point-mass run
     "eval_episodes": 20,
     "truncation": 5.0,
 }
-NOT_CARRIED = ("exp_name", "seed", "cuda", "compile", "cudagraphs", "matmul_precision", "buffer_size", "contraction_frequency")
+NOT_CARRIED = (
+    "exp_name",
+    "seed",
+    "cuda",
+    "compile",
+    "cudagraphs",
+    "matmul_precision",
+    "buffer_size",
+    "contraction_frequency",
+)
 NOT_CARRIED += ("capture_video",)
-NOT_CARRIED += ("track", "wandb_project_name", "wandb_entity", "save_model", "checkpoint_frequency", "resume", "evaluate")
+NOT_CARRIED += (
+    "track",
+    "wandb_project_name",
+    "wandb_entity",
+    "save_model",
+    "checkpoint_frequency",
+    "resume",
+    "evaluate",
+)
 
 
 def cpu_sized_command(args, script_name: str) -> str:

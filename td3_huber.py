@@ -1,8 +1,8 @@
 """TD3 with a Huber TD loss, trained Dyna-style on transitions imagined by a cVAE world model.
 
 The "Huber" baseline of DSDPG: twin critics, minimum target, target-policy smoothing, delayed policy updates, Huber TD
-loss; every critic update takes (s, a, terminated) from replay and a fresh (s', r) from the world model (`--no-dyna`: the
-real (s', r), plain TD3). Every other RL script copies this skeleton: a diff against it is that script's algorithm.
+loss; every critic update takes (s, a, terminated) from replay and a fresh (s', r) from the world model (`--no-dyna`:
+the real (s', r), plain TD3). Every other RL script copies this skeleton: a diff against it is that script's algorithm.
 
 Usage, the choices the paper leaves open, the outputs and the flags: README.md.
 """
@@ -40,7 +40,7 @@ class Args:
     compile: bool = False
     """torch.compile the actor and the world-model loss (the parts never differentiated twice or under vmap)"""
     cudagraphs: bool = True
-    """on a CUDA GPU, capture the critic and actor updates as CUDA graphs and replay them (LeanRL-style; CPU: no effect)"""
+    """on a GPU, capture the critic and actor updates as CUDA graphs and replay them (LeanRL-style; CPU: no effect)"""
     matmul_precision: Literal["high", "highest"] = "high"
     """float32 matmuls on a CUDA GPU: high = TF32, as JAX by default (the paper's code); highest = full float32"""
 
@@ -100,7 +100,7 @@ class Args:
     wm_updates_per_step: int = 1
     """world-model gradient steps per environment step"""
     dyna_reward: Literal["replay", "model"] = "replay"
-    """the Dyna target's reward: `replay` = the replay row's value (as its done flag) with the model's d r^/da; `model` = r^"""
+    """Dyna target reward: `replay` = the replay row's value (as its done flag) and the model's d r^/da; `model` = r^"""
 
     # Evaluation, logging, checkpoints
     eval_frequency: int = 5_000
@@ -128,21 +128,26 @@ class Args:
 
 
 def check_args(args: Args) -> None:
-    """Raise ValueError naming the first bad flag: run_bookkeeping.check_flags checks the flags every script has, and these."""
+    """Raise ValueError naming the first bad flag: run_bookkeeping.check_flags checks the flags every script has, and
+    these."""
     run_bookkeeping.check_flags(
         args,
         lambda: [  # this script's own flags, checked after the sizes of those every script has
-            # none: --td-loss and --dyna are choices, which tyro checks (the list is the skeleton the other scripts fill)
+            # none: --td-loss and --dyna are choices, which tyro checks
+            # (the list is the skeleton the other scripts fill)
         ],
     )
 
 
 # ENV HELPERS
 def make_env(args: Args, render_mode: str | None = None) -> gym.Env:
-    """The training/evaluation env: dynamics noise, episode statistics, actions in [-1, 1], observation noise, float32."""
+    """The training/evaluation env: dynamics noise, episode statistics, actions in [-1, 1], observation noise,
+    float32."""
     spec = gym.registry.get(args.env_id)
     if spec is not None and "mujoco" in str(spec.entry_point) and args.env_id[-3:] in ("-v2", "-v3"):
-        raise ValueError(f"{args.env_id} needs mujoco-py (the paper's ids): use {args.env_id[:-1]}4 or {args.env_id[:-1]}5")
+        raise ValueError(
+            f"{args.env_id} needs mujoco-py (the paper's ids): use {args.env_id[:-1]}4 or {args.env_id[:-1]}5"
+        )
     try:
         env = gym.make(args.env_id, render_mode=render_mode)
     except gym.error.Error as error:
@@ -152,7 +157,9 @@ def make_env(args: Args, render_mode: str | None = None) -> gym.Env:
     if not np.all(np.isfinite(env.action_space.low) & np.isfinite(env.action_space.high)):
         raise ValueError(f"{args.env_id} has an unbounded action space")
     if args.dyn_noise == "gauss":
-        std = args.dyn_noise_std if args.dyn_noise_std is not None else noise_wrappers.default_dyn_noise_std(args.env_id)
+        std = (
+            args.dyn_noise_std if args.dyn_noise_std is not None else noise_wrappers.default_dyn_noise_std(args.env_id)
+        )
         env = noise_wrappers.GaussianDynamicsNoise(env, std)
     env = gym.wrappers.RecordEpisodeStatistics(env)
     env = gym.wrappers.RescaleAction(env, np.float32(-1.0), np.float32(1.0))
@@ -180,7 +187,8 @@ class EnsembleLinear(nn.Module):
 
 
 class Critic(nn.Module):
-    """Twin Q-networks Q_e(s, a), e = 1..E, in one batched network: 2 SiLU hidden layers, [s, a] skipped into the second."""
+    """Twin Q-networks Q_e(s, a), e = 1..E, in one batched network: 2 SiLU hidden layers, [s, a] skipped into the
+    second."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden_dim: int, num_critics: int = 2):
         super().__init__()
@@ -191,7 +199,8 @@ class Critic(nn.Module):
         self.fc3 = EnsembleLinear(num_critics, hidden_dim, 1)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, num_critics: int | None = None) -> torch.Tensor:
-        """obs (B, S) or (E, B, S), actions (B, A) or (E, B, A) -> Q values (E, B); num_critics = k: the first k, (k, B)."""
+        """obs (B, S) or (E, B, S), actions (B, A) or (E, B, A) -> Q values (E, B); num_critics = k: the first k,
+        (k, B)."""
         rows = (num_critics or self.num_critics, obs.shape[-2])
         x = torch.cat([obs.expand(*rows, -1), actions.expand(*rows, -1)], -1)  # (E, B, S+A)
         h = F.silu(self.fc1(x))
@@ -224,7 +233,8 @@ class SkipMLP(nn.Module):
     def __init__(self, in_dim: int, hidden_dim: int, out_dim: int, num_hidden: int = 3):
         super().__init__()
         self.hidden = nn.ModuleList(
-            [nn.Linear(in_dim, hidden_dim)] + [nn.Linear(hidden_dim + in_dim, hidden_dim) for _ in range(num_hidden - 1)]
+            [nn.Linear(in_dim, hidden_dim)]
+            + [nn.Linear(hidden_dim + in_dim, hidden_dim) for _ in range(num_hidden - 1)]
         )
         self.out = nn.Linear(hidden_dim, out_dim)
 
@@ -236,7 +246,8 @@ class SkipMLP(nn.Module):
 
 
 class RunningNormaliser(nn.Module):
-    """Running mean and std (Chan et al.'s parallel update, float64) of a stream of vectors; std floored at `min_std`."""
+    """Running mean and std (Chan et al.'s parallel update, float64) of a stream of vectors; std floored at
+    `min_std`."""
 
     def __init__(self, dim: int, min_std: float = 1e-2):
         super().__init__()
@@ -301,7 +312,9 @@ class WorldModel(nn.Module):
         mean, log_std = params.chunk(2, -1)
         return mean, log_std.clamp(-10.0, 2.0)
 
-    def loss(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+    def loss(
+        self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor
+    ) -> torch.Tensor:
         """Negative ELBO (up to constants) of a batch: obs (B, S), actions (B, A), rewards (B,), next_obs (B, S)."""
         cond = self.condition(obs, actions)  # (B, S+A)
         target = self.normaliser.normalise(torch.cat([next_obs - obs, rewards[:, None]], -1), self.out_part)  # (B, S+1)
@@ -378,7 +391,8 @@ def td_targets(
 
 
 def critic_loss(predictions: torch.Tensor, targets: torch.Tensor, td_loss: str = "huber") -> torch.Tensor:
-    """Huber (delta 1) or squared TD loss, mean over the batch, summed over the critics: predictions (E, B), targets (B,)."""
+    """Huber (delta 1) or squared TD loss, mean over the batch, summed over the critics: predictions (E, B), targets
+    (B,)."""
     loss = F.huber_loss if td_loss == "huber" else F.mse_loss
     return loss(predictions, targets.expand_as(predictions), reduction="none").mean(1).sum()
 
@@ -415,7 +429,9 @@ def log_update(
 
 
 def main(args: Args) -> None:
-    run = run_bookkeeping.open_run(args, __file__, check_args, make_env, Actor)  # checked flags (--resume: the run's), envs
+    run = run_bookkeeping.open_run(
+        args, __file__, check_args, make_env, Actor
+    )  # checked flags (--resume: the run's), envs
     args, env = run.args, run.env
 
     # TRY NOT TO MODIFY: seeding
@@ -434,11 +450,15 @@ def main(args: Args) -> None:
     target_critic = copy.deepcopy(critic).requires_grad_(False)
     # foreach: each RAdam operation runs once over all of a network's tensors (torch's CPU default loops over them)
     actor_optimizer = torch.optim.RAdam(actor.parameters(), lr=args.learning_rate, foreach=True, capturable=cuda_graphs)
-    critic_optimizer = torch.optim.RAdam(critic.parameters(), lr=args.learning_rate, foreach=True, capturable=cuda_graphs)
+    critic_optimizer = torch.optim.RAdam(
+        critic.parameters(), lr=args.learning_rate, foreach=True, capturable=cuda_graphs
+    )
     world_model = wm_optimizer = None  # --no-dyna: no world model
     if args.dyna:
         world_model = make_world_model(args.world_model, obs_dim, act_dim, args.wm_hidden_dim).to(device)
-        wm_optimizer = torch.optim.RAdam(world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4, foreach=True)
+        wm_optimizer = torch.optim.RAdam(
+            world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4, foreach=True
+        )
     rb = replay_buffer.ReplayBuffer(obs_dim, act_dim, args.buffer_size, device)
     networks = dict(
         actor=actor, critic=critic, target_actor=target_actor, target_critic=target_critic, world_model=world_model
@@ -471,7 +491,12 @@ def main(args: Args) -> None:
         critic_optimizer.zero_grad()
         qf_loss.backward()
         critic_optimizer.step()
-        return {"obs": data.obs, "predictions": predictions.detach(), "targets": targets.detach(), "qf_loss": qf_loss.detach()}
+        return {
+            "obs": data.obs,
+            "predictions": predictions.detach(),
+            "targets": targets.detach(),
+            "qf_loss": qf_loss.detach(),
+        }
 
     def update_actor(obs: torch.Tensor) -> torch.Tensor:
         """One actor step on the critic step's states obs (B, S), then the target networks' Polyak step."""
@@ -541,8 +566,14 @@ def main(args: Args) -> None:
             run.check_finite(losses, global_step)  # the world model's warm-up steps too
             run.log_speed(global_step)
 
-            if monitor_contraction and global_step >= args.learning_starts and global_step % args.contraction_frequency == 0:
-                with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # training draws stay the same
+            if (
+                monitor_contraction
+                and global_step >= args.learning_starts
+                and global_step % args.contraction_frequency == 0
+            ):
+                with torch.random.fork_rng(
+                    devices=[device] if device.type == "cuda" else []
+                ):  # training draws stay the same
                     data = rb.sample(args.batch_size)
                     factors = contraction_factor(data.obs, data.actions, world_model, target_actor, args.gamma)  # (B,)
                 run.writer.add_scalar("charts/contraction_gamma_kappa", factors.median().item(), global_step)

@@ -249,7 +249,9 @@ def squared_distances(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (x[..., :, None, :] - y[..., None, :, :]).pow(2).sum(-1)
 
 
-def rbf_mixture_kernel(x: torch.Tensor, y: torch.Tensor, bandwidths: tuple[float, ...] = RBF_BANDWIDTHS) -> torch.Tensor:
+def rbf_mixture_kernel(
+    x: torch.Tensor, y: torch.Tensor, bandwidths: tuple[float, ...] = RBF_BANDWIDTHS
+) -> torch.Tensor:
     """sum_i exp(-|x - y|^2 / (2 sigma_i^2)): x (..., n, d), y (..., m, d) -> (..., n, m)."""
     sigmas = torch.tensor(bandwidths, dtype=x.dtype, device=x.device)
     d2 = squared_distances(x, y)[..., None]  # (..., n, m, 1)
@@ -261,7 +263,9 @@ def rational_quadratic_kernel(x: torch.Tensor, y: torch.Tensor, alpha: float = R
     return (1 + squared_distances(x, y) / (2 * alpha)).pow(-alpha)
 
 
-def mmd2(x: torch.Tensor, y: torch.Tensor, kernel: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+def mmd2(
+    x: torch.Tensor, y: torch.Tensor, kernel: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
     """Biased MMD^2 estimate between sample sets x (..., n, d) and y (..., m, d) -> (...)."""
     k_xx = kernel(x, x).mean((-2, -1))
     k_yy = kernel(y, y).mean((-2, -1))
@@ -345,7 +349,9 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def train_job(args: Args, num_points: Optional[int], variant: str, out_dir: str, progress: Callable[[int], None]) -> dict:
+def train_job(
+    args: Args, num_points: Optional[int], variant: str, out_dir: str, progress: Callable[[int], None]
+) -> dict:
     """Train one model and return its evaluation history, final metrics and final samples on the grid."""
     torch.set_num_threads(args.torch_threads)
     device = select_device(args.cuda)
@@ -427,7 +433,8 @@ _worker_stop: Optional[multiprocessing.synchronize.Event] = None
 
 
 def init_worker(progress_queue: multiprocessing.queues.Queue, stop: multiprocessing.synchronize.Event) -> None:
-    """A worker leaves Ctrl-C (sent to the whole process group) and SIGTERM to the main process, which stops it via `stop`."""
+    """A worker leaves Ctrl-C (sent to the whole process group) and SIGTERM to the main process, which stops it via
+    `stop`."""
     global _worker_progress, _worker_stop
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -465,7 +472,9 @@ def run_jobs(args: Args, jobs: list[tuple[Optional[int], str]], out_dir: str) ->
             return results
         context = multiprocessing.get_context("spawn")
         progress_queue, stop = context.Queue(), context.Event()
-        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker, initargs=(progress_queue, stop))
+        pool = ProcessPoolExecutor(
+            workers, mp_context=context, initializer=init_worker, initargs=(progress_queue, stop)
+        )
         futures = {}
         try:
             handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
@@ -659,8 +668,9 @@ def memory_problem(args: Args) -> Optional[str]:
         return None
     part, size = max(needed.items(), key=lambda item: item[1])
     return (
-        f"{part} would need ~{size / 1e9:.3g} GB over {workers} worker(s), more than the {available / 1e9:.3g} GB {where} "
-        "(an order-of-magnitude lower bound); lower --hidden-dim, --num-points, the batch or evaluation sizes, or --num-workers"
+        f"{part} would need ~{size / 1e9:.3g} GB over {workers} worker(s), more than the {available / 1e9:.3g} GB "
+        f"{where} (an order-of-magnitude lower bound); lower --hidden-dim, --num-points, the batch or evaluation "
+        "sizes, or --num-workers"
     )
 
 
@@ -688,7 +698,13 @@ def writable_folder_problem(out_dir: Path) -> Optional[str]:
 
 def write_summary(path: Path, args: Args, results: list[dict], reference: dict, wall_time: float, **extra) -> dict:
     """summary.json, written atomically (an interruption never leaves half a file)."""
-    summary: dict = {"args": asdict(args), "wall_time_s": wall_time, "truth_reference": reference, **extra, "results": {}}
+    summary: dict = {
+        "args": asdict(args),
+        "wall_time_s": wall_time,
+        "truth_reference": reference,
+        **extra,
+        "results": {},
+    }
     for result in results:
         summary["results"].setdefault(result["regime"], {})[result["variant"]] = {
             **result["final"],
@@ -715,7 +731,9 @@ def main(args: Args) -> dict:
     regimes: list[Optional[int]] = ([None] if args.unlimited else []) + list(args.num_points)
     jobs = [(n, variant) for n in regimes for variant in args.variants]
     if args.num_workers > (cores := os.cpu_count() or 1) and len(jobs) > cores:
-        print(f"note: --num-workers {args.num_workers}: this machine has {cores} cores, so {cores} train", file=sys.stderr)
+        print(
+            f"note: --num-workers {args.num_workers}: this machine has {cores} cores, so {cores} train", file=sys.stderr
+        )
     eval_set = make_eval_set(args, torch.device("cpu"))
     reference = sobolev_metrics(eval_set.truth_reference, eval_set.x, eval_set.truth)
 

@@ -451,7 +451,10 @@ def interval_estimates(
     stratified-bootstrap percentile CIs; numpy's global RNG is seeded first (rliable resamples with it)."""
     np.random.seed(seed)
     points, intervals = library.get_interval_estimates(
-        {"runs": np.asarray(values, dtype=float).reshape(-1, 1)}, statistics, reps=n_boot, confidence_interval_size=confidence
+        {"runs": np.asarray(values, dtype=float).reshape(-1, 1)},
+        statistics,
+        reps=n_boot,
+        confidence_interval_size=confidence,
     )
     (lo, hi), estimates = intervals["runs"], points["runs"]
     return {name: (float(estimates[i]), float(lo[i]), float(hi[i])) for i, name in enumerate(STATISTICS)}
@@ -559,7 +562,11 @@ def panels(groups: dict) -> tuple[list[str], list[str], list[str]]:
 
 def figure(envs: list[str], noises: list[str]):
     fig, axes = plt.subplots(
-        len(envs), len(noises), figsize=(1 + 3.6 * len(noises), 1.2 + 2.8 * len(envs)), squeeze=False, constrained_layout=True
+        len(envs),
+        len(noises),
+        figsize=(1 + 3.6 * len(noises), 1.2 + 2.8 * len(envs)),
+        squeeze=False,
+        constrained_layout=True,
     )
     for i, env in enumerate(envs):
         for j, noise in enumerate(noises):
@@ -730,7 +737,9 @@ def plot_performance_profiles(path: str, groups: dict, n_boot: int, seed: int) -
                 legend=False,
             )
     figure_legend(fig, axes)
-    fig.suptitle("Performance profiles of the final evaluation return,\n95% stratified-bootstrap CI (rliable)", fontsize=10)
+    fig.suptitle(
+        "Performance profiles of the final evaluation return,\n95% stratified-bootstrap CI (rliable)", fontsize=10
+    )
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -772,7 +781,9 @@ def plot_trend(path: str, groups: dict, rows: list[dict]) -> bool:
         ax.set_ylabel(f"{label}, mean over seeds", fontsize=8)
         ax.tick_params(labelsize=7)
     figure_legend(fig, axes)
-    fig.suptitle("Final return and nAUC against M: mean over seeds (seeds per M), 95% stratified-bootstrap CI", fontsize=10)
+    fig.suptitle(
+        "Final return and nAUC against M: mean over seeds (seeds per M), 95% stratified-bootstrap CI", fontsize=10
+    )
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
@@ -860,7 +871,9 @@ def write_outputs(out: str, groups: dict, n_boot: int, seed: int, baselines: lis
     return written
 
 
-def aggregate(runs: list[dict], out: str, n_boot: int, seed: int, baselines: list[str] = ()) -> tuple[dict, str, list[str]]:
+def aggregate(
+    runs: list[dict], out: str, n_boot: int, seed: int, baselines: list[str] = ()
+) -> tuple[dict, str, list[str]]:
     """The runs grouped, their outputs written to `out` (checked writable first): (the groups, table.md's text, the
     names written)."""
     prepare_out(out)
@@ -899,7 +912,8 @@ def main(args: Args) -> None:
     unknown = sorted(set(args.baselines) - {run["script"] for run in runs})
     if unknown:
         fail(
-            f"--baselines {', '.join(unknown)}: no run has that method (the runs have {', '.join(sorted({r['script'] for r in runs}))})"
+            f"--baselines {', '.join(unknown)}: no run has that method (the runs have "
+            f"{', '.join(sorted({r['script'] for r in runs}))})"
         )
     groups, table, written = aggregate(runs, out, args.bootstrap_samples, args.seed, args.baselines)
     if stopped:

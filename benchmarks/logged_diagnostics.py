@@ -48,7 +48,7 @@ STATS = ("count", "min", "median", "max")
 
 @dataclass
 class Args:
-    """Per run, the contraction factor, the slice gain and the action-gradient sizes it logged, per evaluation interval."""
+    """Per run, its logged contraction factor, slice gain and action-gradient sizes, per evaluation interval."""
 
     runs_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUNS_DIR")]
     """directory searched recursively for the runs' summary.json"""
@@ -59,8 +59,7 @@ class Args:
     out: str | None = None
     """markdown file to write (default: print only)"""
     save: bool = False
-    """write each run's per-interval numbers read from its events into its summary.json (`logged`), so that the table can
-    be made again once the events are gone"""
+    """write each run's per-interval event numbers to its summary.json (`logged`), so the table outlives the events"""
 
 
 def fail(message: str) -> None:
@@ -122,7 +121,9 @@ def diagnostics_table(args: Args) -> str:
         fail(f"{args.runs_dir} is not a directory")
     runs = [run for run in load_runs(args.runs_dir) if args.env_id in (None, run["env"])]
     if not runs:
-        fail(f"no finished run (summary.json){'' if args.env_id is None else ' of ' + args.env_id} under {args.runs_dir}")
+        fail(
+            f"no finished run (summary.json){'' if args.env_id is None else ' of ' + args.env_id} under {args.runs_dir}"
+        )
     if args.save and (message := unwritable_summary(runs, "logged", "--save")):
         fail(message)
     rows, left_out = [], []  # (script, env, seed, {tag: intervals since --after}); run folders
@@ -132,15 +133,19 @@ def diagnostics_table(args: Args) -> str:
             left_out.append(run["run_dir"])
             continue
         tags = {tag: since(reduced, args.after, run["eval_steps"]) for tag, reduced in logged.items()}
-        rows.append((run["script"], run["env"], run["seed"], {tag: kept for tag, kept in tags.items() if kept["steps"]}))
+        rows.append(
+            (run["script"], run["env"], run["seed"], {tag: kept for tag, kept in tags.items() if kept["steps"]})
+        )
     if not rows:
         fail(
-            f"no run under {args.runs_dir} has its events or `logged` in its summary.json (events stay on the machine that ran it)"
+            f"no run under {args.runs_dir} has its events or `logged` in its summary.json (events stay on the machine "
+            "that ran it)"
         )
     header = " | ".join(TAGS.values())
     lines = [
-        f"Per run, over the evaluation intervals that start at or after env step {args.after}: each tag's smallest-largest"
-        " logged value (its interval median in the first -> the last interval); a blank cell where the run logged none.",
+        f"Per run, over the evaluation intervals that start at or after env step {args.after}: each tag's"
+        " smallest-largest logged value (its interval median in the first -> the last interval); a blank cell where"
+        " the run logged none.",
         "",
         f"| env | script | seed | {header} |",
         "|---|---|---|" + "---|" * len(TAGS),

@@ -101,7 +101,11 @@ def on(flag_sets_of: dict[str, tuple[str, ...]], seeds: int, envs=MUJOCO) -> tup
 def suffixed(scripts: tuple[str, ...], options: dict[str, str], settings: tuple[str, ...] = ("",)) -> dict:
     """{script: flag sets}: each option's flags with --exp-name <script>_<suffix>, under each noise setting."""
     return {
-        s: tuple(f"{noise} {flags} --exp-name {s}_{suffix}".strip() for noise in settings for suffix, flags in options.items())
+        s: tuple(
+            f"{noise} {flags} --exp-name {s}_{suffix}".strip()
+            for noise in settings
+            for suffix, flags in options.items()
+        )
         for s in scripts
     }
 
@@ -126,7 +130,9 @@ EXPERIMENTS = {
         "Fig. flow_curves: DSDPG (MMD and MSMMD) and MAGE with a conditional RealNVP flow as the world model",
         on(
             suffixed(
-                ("mage_huber_sobolev", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"), {"flow": "--world-model flow"}, SETTINGS
+                ("mage_huber_sobolev", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"),
+                {"flow": "--world-model flow"},
+                SETTINGS,
             ),
             5,
         ),
@@ -274,14 +280,17 @@ def read_json(path: str, what: str) -> dict:
 
 
 class CostModel:
-    """Seconds per 1 000 iterations of a run: on an H100 (from the paper's runtime table) and here (from timing.py's)."""
+    """Seconds per 1 000 iterations of a run: on an H100 (from the paper's runtime table) and here
+    (from timing.py's)."""
 
     def __init__(self):
         self.gflop = read_json(FLOPS_PATH, "the FLOP table")
         cpu = read_json(CPU_TIMING_PATH, "the CPU timing table")
         self.cpu_threads = cpu["threads"]
         self.cpu_gflops = {row["script"]: row["gflops"] for row in cpu["rows"] if "@" not in row["script"]}
-        reference = [(self.flops(f"{s} {CALIBRATION_ENV}"), t) for s, t in H100_SECONDS_PER_1000.items() if "msmmd" not in s]
+        reference = [
+            (self.flops(f"{s} {CALIBRATION_ENV}"), t) for s, t in H100_SECONDS_PER_1000.items() if "msmmd" not in s
+        ]
         mean_f = sum(f for f, _ in reference) / len(reference)
         mean_t = sum(t for _, t in reference) / len(reference)
         self.seconds_per_tflop = sum((f - mean_f) * (t - mean_t) for f, t in reference) / sum(
@@ -297,7 +306,9 @@ class CostModel:
 
     def gpu_seconds(self, job: run_grid.Job) -> float:
         reference = self.flops(f"{job.script} {CALIBRATION_ENV}")
-        per_1000 = H100_SECONDS_PER_1000[job.script] + self.seconds_per_tflop * (self.flops(job_cost_key(job)) - reference)
+        per_1000 = H100_SECONDS_PER_1000[job.script] + self.seconds_per_tflop * (
+            self.flops(job_cost_key(job)) - reference
+        )
         return iterations(job) / 1000 * per_1000
 
     def cpu_seconds(self, job: run_grid.Job) -> float:
@@ -329,8 +340,8 @@ def describe(name: str, jobs: list[run_grid.Job]) -> list[str]:
         common = f", with {part.common}" if part.common.replace(f"--total-timesteps {steps}", "").strip() else ""
         sets = " | ".join(f'"{flags}"' if flags else "defaults" for flags in part.flag_sets)
         lines.append(
-            f"    {' '.join(part.scripts)} x {' '.join(part.env_ids)} x {{{sets}}} x {part.seeds} seeds, {steps:,} steps"
-            f"{common}"
+            f"    {' '.join(part.scripts)} x {' '.join(part.env_ids)} x {{{sets}}} x {part.seeds} seeds, {steps:,} "
+            f"steps{common}"
         )
     return lines
 
@@ -359,7 +370,8 @@ def list_experiments(args: List) -> None:
         print("\n".join(describe(name, jobs)))
     print(f"{RUNTIME}: {RUNTIME_REPRODUCES}")
     print(
-        f"    6 timings (python benchmarks/timing.py --env-id Humanoid-v4), {RUNTIME_COST} hours (estimated) on a GPU or here"
+        f"    6 timings (python benchmarks/timing.py --env-id Humanoid-v4), {RUNTIME_COST} hours (estimated) on a GPU "
+        "or here"
     )
     print(f"{TOY_SUPERVISED[0]}: {TOY_SUPERVISED[1]}")
     print(f"    {TOY_SUPERVISED[2]}")
@@ -371,13 +383,17 @@ def dry_run(name: str, jobs: list[run_grid.Job], smoke: bool) -> None:
     todo = [job for job, state in zip(jobs, states) if state != "done"]
     print(f"{name}: {len(jobs)} runs, {len(jobs) - len(todo)} done, {len(todo)} to run")
     if smoke:
-        print(f"cost: ~{len(todo) * SMOKE_SECONDS_PER_RUN / 60:.1f} CPU-minutes here ({SMOKE_SECONDS_PER_RUN:g} s per run)")
+        print(
+            f"cost: ~{len(todo) * SMOKE_SECONDS_PER_RUN / 60:.1f} CPU-minutes here ({SMOKE_SECONDS_PER_RUN:g} s per "
+            "run)"
+        )
         return
     model = CostModel()
     gpu, cpu = projected(jobs, model)
     gpu_todo, cpu_todo = projected(todo, model)
     print(
-        f"cost: {hours(gpu)} GPU-hours on an H100 ({hours(gpu_todo)} to run), {hours(cpu)} CPU-hours here ({hours(cpu_todo)} to run)"
+        f"cost: {hours(gpu)} GPU-hours on an H100 ({hours(gpu_todo)} to run), {hours(cpu)} CPU-hours here "
+        f"({hours(cpu_todo)} to run)"
     )
     for script in dict.fromkeys(job.script for job in jobs):
         mine = [job for job in jobs if job.script == script]
@@ -431,7 +447,8 @@ def run_runtime(args: Run) -> int:
     if args.dry_run:
         print(shlex.join(command))
         print(
-            f"cost: 6 timings, {RUNTIME_COST} hours (estimated) on a GPU or here (each: probes, ~20 s timed, two FLOP-counted runs)"
+            f"cost: 6 timings, {RUNTIME_COST} hours (estimated) on a GPU or here (each: probes, ~20 s timed, two "
+            "FLOP-counted runs)"
         )
         return 0
     run_grid.make_grid_dir(args.grid_dir)

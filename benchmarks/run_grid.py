@@ -202,8 +202,8 @@ def build_jobs(args: Args) -> list[Job]:
     for what, tokens in [("--common", common)] + [("--flag-sets", tokens) for tokens in flag_sets.values()]:
         if len(scripts) > 1 and "--exp-name" in {token.split("=", 1)[0] for token in tokens}:
             fail(
-                f"{what} {shlex.join(tokens)!r}: one --exp-name would name the runs of {len(scripts)} scripts alike, and "
-                "aggregate.py would pool them as one method: run one script per --exp-name"
+                f"{what} {shlex.join(tokens)!r}: one --exp-name would name the runs of {len(scripts)} scripts alike, "
+                "and aggregate.py would pool them as one method: run one script per --exp-name"
             )
     if args.threads_per_job is not None:
         threads = args.threads_per_job
@@ -227,7 +227,9 @@ def build_jobs(args: Args) -> list[Job]:
             *flag_sets[flag_slug],
         )
         job_dir = os.path.join(grid_dir, script, env_id, flag_slug, f"seed{seed}")
-        jobs.append(Job(script, env_id, flag_slug, seed, job_dir, command, threads, os.path.join(grid_dir, "grid_log.jsonl")))
+        jobs.append(
+            Job(script, env_id, flag_slug, seed, job_dir, command, threads, os.path.join(grid_dir, "grid_log.jsonl"))
+        )
     return jobs
 
 
@@ -473,8 +475,8 @@ def report(done: int, total: int, record: dict) -> None:
 
 
 def run_local(jobs: list[Job], workers: int) -> tuple[list[dict], int | None]:
-    """Worker threads, each running one subprocess at a time. Returns the records and the signal that stopped it (Ctrl-C's
-    SIGINT, SIGTERM, SIGHUP), if one did."""
+    """Worker threads, each running one subprocess at a time. Returns the records and the signal that stopped it
+    (Ctrl-C's SIGINT, SIGTERM, SIGHUP), if one did."""
     runners = {job: RunJob() for job in jobs}
     records, futures = [], []
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
@@ -491,8 +493,8 @@ def run_local(jobs: list[Job], workers: int) -> tuple[list[dict], int | None]:
             with contextlib.suppress(OSError):
                 name = signal.Signals(signal_number(stop)).name
                 print(
-                    f"run_grid.py: interrupted by {name}; stopping the running jobs (a job in its training loop writes a "
-                    "checkpoint, one still starting stops with nothing to resume)",
+                    f"run_grid.py: interrupted by {name}; stopping the running jobs (a job in its training loop writes "
+                    "a checkpoint, one still starting stops with nothing to resume)",
                     file=sys.stderr,
                 )
             concurrent.futures.wait(futures)
@@ -531,8 +533,8 @@ def make_executor(args: Launch):
 
 
 def run_submitit(jobs: list[Job], args: Launch) -> tuple[list[dict], int | None]:
-    """A Slurm job array (or submitit's LocalExecutor, at most --workers at a time), then wait for every job. Returns the
-    records and the signal that stopped the waiting, if one did."""
+    """A Slurm job array (or submitit's LocalExecutor, at most --workers at a time), then wait for every job. Returns
+    the records and the signal that stopped the waiting, if one did."""
 
     if not jobs:
         return [], None
@@ -545,7 +547,10 @@ def run_submitit(jobs: list[Job], args: Launch) -> tuple[list[dict], int | None]
             chunk, pending = pending[:MAX_ARRAY_SIZE], pending[MAX_ARRAY_SIZE:]
             array = executor.map_array(RunJob(under_submitit=True), chunk)
             running.update(zip(array, chunk))
-            print(f"submitted Slurm array {array[0].job_id.split('_')[0]} ({len(array)} jobs); logs in {folder}", flush=True)
+            print(
+                f"submitted Slurm array {array[0].job_id.split('_')[0]} ({len(array)} jobs); logs in {folder}",
+                flush=True,
+            )
         while pending or running:
             while pending and len(running) < limit:
                 job = pending.pop(0)
@@ -615,7 +620,10 @@ def print_jobs(jobs: list[Job]) -> list[str]:
     for job in jobs:
         state, checkpoint = job_state(job.job_dir)
         resume = f" --resume {shlex.quote(checkpoint)}" if checkpoint else ""
-        print(f"[{state}] cd {shlex.quote(job.job_dir)} && OMP_NUM_THREADS={job.threads} {shlex.join(job.command)}{resume}")
+        print(
+            f"[{state}] cd {shlex.quote(job.job_dir)} && OMP_NUM_THREADS={job.threads} "
+            f"{shlex.join(job.command)}{resume}"
+        )
         states.append(state)
     return states
 
@@ -662,7 +670,8 @@ def launch(jobs: list[Job], options: Launch) -> int:
             records, stopped_by = run_submitit(todo, options)
     interrupted = stopped_by is not None
     counts = {
-        status: sum(r["status"] == status for r in records) for status in ("ok", "skipped", "failed", "busy", "interrupted")
+        status: sum(r["status"] == status for r in records)
+        for status in ("ok", "skipped", "failed", "busy", "interrupted")
     }
     print(
         f"done: {counts['ok']} ran, {skipped + counts['skipped']} skipped, {counts['failed']} failed"

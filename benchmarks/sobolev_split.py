@@ -165,7 +165,13 @@ def main(args: Args) -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump(
-                {"checkpoint": args.checkpoint, "script": module.__name__, "step": step, "summary": summary, "batches": rows},
+                {
+                    "checkpoint": args.checkpoint,
+                    "script": module.__name__,
+                    "step": step,
+                    "summary": summary,
+                    "batches": rows,
+                },
                 f,
                 indent=1,
             )

@@ -81,15 +81,17 @@ def mean_near(values: dict[int, float], step: int) -> float | None:
 
 def run_stability(run: dict, args: Args) -> dict:
     """first_solved (env step, or None), full and fell (training episodes ending after it), drops ([(step, return)]),
-    q_solved and q_later (the critic's mean value at the first solve and `args.window` steps later, or None), full_window
-    and fell_window (the training episodes ending in that window)."""
+    q_solved and q_later (the critic's mean value at the first solve and `args.window` steps later, or None),
+    full_window and fell_window (the training episodes ending in that window)."""
     solved_at = [step for step, value in zip(run["eval_steps"], run["eval_returns"]) if value >= args.solved]
     row = {"script": run["script"], "seed": run["seed"], "final": run["final_eval_return"], "first_solved": None}
     if not solved_at:
         return row
     first = min(solved_at)
     drops = [
-        (step, value) for step, value in zip(run["eval_steps"], run["eval_returns"]) if step > first and value < args.held
+        (step, value)
+        for step, value in zip(run["eval_steps"], run["eval_returns"])
+        if step > first and value < args.held
     ]
     row.update(first_solved=first, drops=drops)
     settings = {"solved": args.solved, "max_episode_steps": args.max_episode_steps, "window": args.window}
@@ -99,8 +101,8 @@ def run_stability(run: dict, args: Args) -> dict:
         lengths, values = logged[LENGTH_TAG], logged[VALUE_TAG]
         if not lengths:
             fail(
-                f"{run['run_dir']} has no {LENGTH_TAG} events (they stay on the machine that ran it) and its summary.json"
-                " no `stability` at these settings"
+                f"{run['run_dir']} has no {LENGTH_TAG} events (they stay on the machine that ran it) and its"
+                " summary.json no `stability` at these settings"
             )
         after = np.array([length for step, length in lengths.items() if step > first])
         fell = after[after < args.max_episode_steps]
@@ -140,9 +142,9 @@ def stability_table(args: Args) -> str:
         fail(message)
     rows = [run_stability(run, args) for run in sorted(runs, key=lambda run: (run["script"], run["seed"]))]
     lines = [
-        f"{args.env_id}: after each run's first evaluation >= {args.solved:g}, the training episodes that reached the time"
-        f" limit ({args.max_episode_steps} steps) or fell, and the evaluations below {args.held:g}; the critic's mean"
-        f" value ({VALUE_TAG}, over {VALUE_SPAN} steps) at the first solve and {args.window} steps later, and the"
+        f"{args.env_id}: after each run's first evaluation >= {args.solved:g}, the training episodes that reached the"
+        f" time limit ({args.max_episode_steps} steps) or fell, and the evaluations below {args.held:g}; the critic's"
+        f" mean value ({VALUE_TAG}, over {VALUE_SPAN} steps) at the first solve and {args.window} steps later, and the"
         " training episodes in between.",
         "",
         "| script | seed | first solved at | training episodes after: full / fell | evaluations below after | final | "
@@ -170,7 +172,8 @@ def stability_table(args: Args) -> str:
         solved = [row for row in mine if row["first_solved"] is not None]
         fell, total = sum(row["fell"] for row in solved), sum(row["fell"] + row["full"] for row in solved)
         lines.append(
-            f"| {script} | {len(mine)} | {len(solved)} | {fell} / {total} | {sum(bool(row['drops']) for row in solved)} |"
+            f"| {script} | {len(mine)} | {len(solved)} | {fell} / {total} | "
+            f"{sum(bool(row['drops']) for row in solved)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -8,12 +8,13 @@ CUDA-graph capture, out of the difference) and to `--learning-starts` + 1 + K st
 world-model step and the `--updates-per-step` critic updates with their actor updates. K is chosen per script from
 probes of doubling length so that the timed part lasts about `--seconds`. FLOPs per iteration are counted the same way
 under `torch.utils.flop_counter.FlopCounterMode` (two short runs), and divided by the time to give the achieved
-FLOP/s, reported against the machine's dense fp32 matmul FLOP/s measured in the same process. With `--breakdown` (default) one critic update per script is also split by part (world-
-model prior and decoder or flow, target actor, target critics, online critics with their double backprop, and the
-rest: loss, kernels, slicing and operations no module claims) and by pass (forward, backward), in FLOPs and ms, and
-for the DSDPG scripts set beside the arithmetic floor of the same mathematics (`arithmetic_floor`: every network once
-per distinct input row, one input-gradient pass per needed cotangent; an estimate from pass counts, which can exceed a
-measured update by a little where a backward pass skips a layer's input gradient, as in the flow).
+FLOP/s, reported against the machine's dense fp32 matmul FLOP/s measured in the same process. With `--breakdown`
+(default) one critic update per script is also split by part (world-model prior and decoder or flow, target actor,
+target critics, online critics with their double backprop, and the rest: loss, kernels, slicing and operations no module
+claims) and by pass (forward, backward), in FLOPs and ms, and for the DSDPG scripts set beside the arithmetic floor of
+the same mathematics (`arithmetic_floor`: every network once per distinct input row, one input-gradient pass per needed
+cotangent; an estimate from pass counts, which can exceed a measured update by a little where a backward pass skips a
+layer's input gradient, as in the flow).
 
 Usage:
     python benchmarks/timing.py --env-id Hopper-v4
@@ -22,8 +23,8 @@ Usage:
     python benchmarks/timing.py --device cuda --env-id Humanoid-v4 --scripts dsdpg_mmd_sobolev \
         "dsdpg_mmd_sobolev@cudagraphs=false,matmul_precision=highest" --out benchmarks/timing/humanoid_cuda.json
 A script name may carry settings of its own after "@" (comma-separated name=value), e.g. a world-model variant,
-`compile=true` or `cudagraphs=false` (on a GPU the scripts' defaults are CUDA graphs and TF32 matmuls, so eager float32 is
-`cudagraphs=false,matmul_precision=highest`; FLOPs and the breakdown are always counted on the eager update,
+`compile=true` or `cudagraphs=false` (on a GPU the scripts' defaults are CUDA graphs and TF32 matmuls, so eager float32
+is `cudagraphs=false,matmul_precision=highest`; FLOPs and the breakdown are always counted on the eager update,
 neither compiled nor captured, which does the same arithmetic). On a GPU every timed run is closed by a device
 synchronisation. Every flag, script and setting is checked before any work (one line, exit 1); `--out` is
 written after every script ("complete": false until the last): a measurement interrupted (Ctrl-C, SIGTERM, a lent
@@ -63,7 +64,7 @@ class Args:
     device: Literal["cpu", "cuda"] = "cpu"
     """where the scripts train (cuda: their --cuda on a GPU; refused where torch sees none)"""
     scripts: list[str] = field(default_factory=lambda: [s for s in ALL_SCRIPTS if os.path.exists(f"{ROOT}/{s}.py")])
-    """the scripts to time (module names, optionally with @name=value,... settings); the first is the ratios' reference"""
+    """scripts to time (module names, optionally with @name=value,... settings); the first is the ratios' reference"""
     learning_starts: int = 256
     """steps before the critic updates start (the world model trains from the first full minibatch)"""
     seconds: float = 20.0
@@ -195,7 +196,10 @@ class PartProfile(TorchDispatchMode):
         start = time.perf_counter()
         out = func(*args, **kwargs)
         parts = sorted(name for name in self.tracker.parents if "." not in name and name != "Global")
-        key = (parts[0] if parts else "loss, kernels, slicing, untracked", "backward" if self.tracker.is_bw else "forward")
+        key = (
+            parts[0] if parts else "loss, kernels, slicing, untracked",
+            "backward" if self.tracker.is_bw else "forward",
+        )
         self.seconds[key] += time.perf_counter() - start
         if func._overloadpacket in flop_registry:
             self.flops[key] += flop_registry[func._overloadpacket](*args, **kwargs, out_val=out)
@@ -214,7 +218,10 @@ def critic_update_breakdown(module, args: Args, variant: list[str]) -> tuple[lis
     torch.manual_seed(0)
     noise_size = a.num_cosines if hasattr(a, "num_cosines") else getattr(a, "noise_dim", None)
     critic = module.Critic(obs_dim, act_dim, a.hidden_dim, *([noise_size] if noise_size else []))
-    target_critic, target_actor = copy.deepcopy(critic).requires_grad_(False), module.Actor(obs_dim, act_dim, a.hidden_dim)
+    target_critic, target_actor = (
+        copy.deepcopy(critic).requires_grad_(False),
+        module.Actor(obs_dim, act_dim, a.hidden_dim),
+    )
     world_model = module.make_world_model(a.world_model, obs_dim, act_dim, a.wm_hidden_dim)
     critic, target_critic, target_actor, world_model = (
         net.to(device) for net in (critic, target_critic, target_actor, world_model)
@@ -248,7 +255,9 @@ def critic_update_breakdown(module, args: Args, variant: list[str]) -> tuple[lis
             if hasattr(module, "td_targets"):
                 loss = module.critic_loss(critic(data.obs, data.actions), targets)
             else:
-                loss = module.critic_loss(module.sobolev_samples(critic, data.obs, data.actions), targets, a.grad_loss_weight)
+                loss = module.critic_loss(
+                    module.sobolev_samples(critic, data.obs, data.actions), targets, a.grad_loss_weight
+                )
         else:
             target_args = (
                 data.obs,
@@ -268,8 +277,12 @@ def critic_update_breakdown(module, args: Args, variant: list[str]) -> tuple[lis
                 targets = module.truncate_top(module.return_targets(*target_args), a.truncation)
                 predictions = module.return_samples(critic, data.obs, data.actions, a.num_samples)
             else:
-                targets = module.truncate_top(module.sobolev_targets(*target_args, a.sobolev == "complete"), a.truncation)
-                predictions = module.sobolev_samples(critic, data.obs, data.actions, a.num_samples, a.sobolev == "complete")
+                targets = module.truncate_top(
+                    module.sobolev_targets(*target_args, a.sobolev == "complete"), a.truncation
+                )
+                predictions = module.sobolev_samples(
+                    critic, data.obs, data.actions, a.num_samples, a.sobolev == "complete"
+                )
             if hasattr(module, "quantile_huber_loss"):
                 loss = module.critic_loss(*predictions, targets)
             elif hasattr(a, "slice_steps"):
@@ -280,7 +293,12 @@ def critic_update_breakdown(module, args: Args, variant: list[str]) -> tuple[lis
                 loss = module.critic_loss(predictions, targets, a.kernel_bandwidth, a.mmd_estimator)
         loss.backward()
     parts = [
-        {"part": part, "pass": which, "gflop": profile.flops[(part, which)] / 1e9, "ms": 1e3 * profile.seconds[(part, which)]}
+        {
+            "part": part,
+            "pass": which,
+            "gflop": profile.flops[(part, which)] / 1e9,
+            "ms": 1e3 * profile.seconds[(part, which)],
+        }
         for part, which in sorted(profile.seconds)
     ]
     if not hasattr(a, "sobolev"):
@@ -307,7 +325,9 @@ def arithmetic_floor(parts: list[dict], prior_once: float, tangents: int, num_cr
     floor = prior_once * (1 + tangents) + 2 * gflop.get(("target critics", "forward"), 0.0)
     for part in ("world-model decoder", "world model (flow)", "target actor"):
         floor += (1 + num_critics) * gflop.get((part, "forward"), 0.0)
-    return floor + sum(p["gflop"] for p in parts if p["part"] in ("online critics", "loss, kernels, slicing, untracked"))
+    return floor + sum(
+        p["gflop"] for p in parts if p["part"] in ("online critics", "loss, kernels, slicing, untracked")
+    )
 
 
 def matmul_flops_per_second(device: str, n: int = 2048, repeats: int = 10) -> float:
@@ -338,7 +358,10 @@ def check_args(args: Args) -> list[tuple[str, object, list[str]]]:
     (entry, module, settings) to time."""
     if not (math.isfinite(args.seconds) and args.seconds > 0):
         fail(f"--seconds must be a number > 0 (got {args.seconds})")
-    for flag, value, least in (("--flop-iterations", args.flop_iterations, 1), ("--learning-starts", args.learning_starts, 0)):
+    for flag, value, least in (
+        ("--flop-iterations", args.flop_iterations, 1),
+        ("--learning-starts", args.learning_starts, 0),
+    ):
         if value < least:
             fail(f"{flag} must be >= {least} (got {value})")
     if args.threads is not None and args.threads < 1:
@@ -380,8 +403,8 @@ def main(args: Args) -> None:
     except KeyboardInterrupt:
         if args.out and rows:
             fail(
-                f'interrupted: the {len(rows)} script(s) timed so far are in {args.out} ("complete": false); the one in '
-                "progress is lost (timing.py keeps nothing to resume from)"
+                f'interrupted: the {len(rows)} script(s) timed so far are in {args.out} ("complete": false); the one '
+                "in progress is lost (timing.py keeps nothing to resume from)"
             )
         fail("interrupted: the measurement is lost and nothing was written (timing.py keeps nothing to resume from)")
 
@@ -432,12 +455,15 @@ def measure(args: Args, entries: list[tuple[str, object, list[str]]], rows: list
             }
         )
         if args.breakdown:
-            rows[-1]["critic_update"], rows[-1]["critic_update_floor_gflop"] = critic_update_breakdown(module, args, variant)
+            rows[-1]["critic_update"], rows[-1]["critic_update_floor_gflop"] = critic_update_breakdown(
+                module, args, variant
+            )
         rows[-1]["ratio"] = ms / rows[0]["ms_per_iteration"]
         rows[-1]["fraction_of_matmul"] = rows[-1]["gflops"] * 1e9 / peak
         write_table(args, peak, where, rows, complete=False)
         print(
-            f"{entry}: {ms:.1f} ms/iteration over {iterations} iterations, {flops / 1e9:.2f} GFLOP/iteration", file=sys.stderr
+            f"{entry}: {ms:.1f} ms/iteration over {iterations} iterations, {flops / 1e9:.2f} GFLOP/iteration",
+            file=sys.stderr,
         )
     lines = [
         f"Env {args.env_id}, {where}, dense fp32 matmul {peak / 1e9:.1f} GFLOP/s.",
@@ -452,7 +478,10 @@ def measure(args: Args, entries: list[tuple[str, object, list[str]]], rows: list
         )
     for row in rows if args.breakdown else []:
         total_gflop, total_ms = (sum(part[key] for part in row["critic_update"]) for key in ("gflop", "ms"))
-        lines += ["", f"{row['script']}: one critic update, {total_gflop:.2f} GFLOP, {total_ms:.0f} ms (under the profiler)"]
+        lines += [
+            "",
+            f"{row['script']}: one critic update, {total_gflop:.2f} GFLOP, {total_ms:.0f} ms (under the profiler)",
+        ]
         if row["critic_update_floor_gflop"] is not None:
             lines += [
                 f"arithmetic floor of the same mathematics: {row['critic_update_floor_gflop']:.2f} GFLOP "

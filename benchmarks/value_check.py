@@ -87,15 +87,20 @@ def value_table(args: Args) -> str:
             continue
         rows.append((run["script"], run["env"], run["seed"], values["mean"], values["max"], run["final_eval_return"]))
     if not rows:
-        fail(f"no run under {args.runs_dir} has critic values over {args.window} steps (summary.json or {VALUE_TAG} events)")
+        fail(
+            f"no run under {args.runs_dir} has critic values over {args.window} steps (summary.json or {VALUE_TAG} "
+            "events)"
+        )
     if left_out:
         print(
-            f"value_check.py: {len(left_out)} run(s) without critic values left out (named under the table)", file=sys.stderr
+            f"value_check.py: {len(left_out)} run(s) without critic values left out (named under the table)",
+            file=sys.stderr,
         )
     lines = [f"| script | env | seed | mean Q, last {args.window} steps | largest Q | final eval return |"]
     lines += ["|---|---|---|---|---|---|"]
     lines += [
-        f"| {script} | {env} | {seed} | {mean:.2f} | {top:.2f} | {final:.2f} |" for script, env, seed, mean, top, final in rows
+        f"| {script} | {env} | {seed} | {mean:.2f} | {top:.2f} | {final:.2f} |"
+        for script, env, seed, mean, top, final in rows
     ]
     lines += ["", "| script | env | runs | mean of the mean Q | mean of the largest Q | mean final eval return |"]
     lines += ["|---|---|---|---|---|---|"]
@@ -109,7 +114,8 @@ def value_table(args: Args) -> str:
     if left_out:
         lines += [
             "",
-            f"Left out, no critic values over {args.window} steps kept (summary.json or events): {len(left_out)} run(s)",
+            f"Left out, no critic values over {args.window} steps kept (summary.json or events): {len(left_out)} "
+            "run(s)",
         ]
         lines += [f"- `{os.path.relpath(run_dir, args.runs_dir)}`" for run_dir in left_out]
     return "\n".join(lines) + "\n"

@@ -120,7 +120,9 @@ def simulator_jacobians(env, action: np.ndarray, factor: float, h: float) -> tup
     return next_obs, reward, d_obs, d_reward
 
 
-def model_jacobians(world_model, obs: torch.Tensor, action: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def model_jacobians(
+    world_model, obs: torch.Tensor, action: torch.Tensor, noise: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
     """The world model's next observations, rewards and their action-Jacobians per latent draw: obs (S,), action (A,),
     noise (n, L) -> (n, S), (n,), (n, S, A), (n, A)."""
 
@@ -156,10 +158,13 @@ def probe(env, actor, world_model, args: Args) -> list[dict]:
             next_obs, reward, d_obs, d_reward = simulator_jacobians(env, action, factor, args.fd_step)
             noise = torch.randn(args.samples, world_model.latent_dim, generator=generator)
             m_obs, m_reward, m_d_obs, m_d_reward = (
-                t.double().numpy() for t in model_jacobians(world_model, torch.as_tensor(obs), torch.as_tensor(action), noise)
+                t.double().numpy()
+                for t in model_jacobians(world_model, torch.as_tensor(obs), torch.as_tensor(action), noise)
             )
             sim_jacobian = np.concatenate([d_obs.ravel(), d_reward])  # (S A + A,)
-            single = [compare(np.concatenate([m_d_obs[i].ravel(), m_d_reward[i]]), sim_jacobian) for i in range(args.samples)]
+            single = [
+                compare(np.concatenate([m_d_obs[i].ravel(), m_d_reward[i]]), sim_jacobian) for i in range(args.samples)
+            ]
             rows.append(
                 {
                     "episode": episode,
@@ -188,7 +193,11 @@ def quartiles(values: list[float]) -> list[float]:
 
 
 def main(args: Args) -> None:
-    for name, value, least in (("--probes", args.probes, 1), ("--every", args.every, 1), ("--samples", args.samples, 1)):
+    for name, value, least in (
+        ("--probes", args.probes, 1),
+        ("--every", args.every, 1),
+        ("--samples", args.samples, 1),
+    ):
         if value < least:
             fail(f"{name} must be >= {least} (got {value})")
     if not (0 < args.fd_step <= 0.1):

@@ -1,8 +1,9 @@
-"""Does the fast subset (`pytest -m "not slow"`) catch the unit-level mutations? Each mutation below is a one-line change
-to the maths of a module (a target, a loss, an estimator, a wrapper, the dynamics, the buffer) or to the bookkeeping
-that keeps a run from being lost (the exclusive run folder, run_grid's job lock and its stop forwarding); each is applied to a
-copy of the repository and the fast subset is run there, stopping at the first failure. A mutation the fast subset lets
-through is named, with what the full suite says of it when --full is given. Not collected by pytest (no test_ prefix):
+"""Does the fast subset (`pytest -m "not slow"`) catch the unit-level mutations? Each mutation below is a one-line
+change to the maths of a module (a target, a loss, an estimator, a wrapper, the dynamics, the buffer) or to the
+bookkeeping that keeps a run from being lost (the exclusive run folder, run_grid's job lock and its stop forwarding);
+each is applied to a copy of the repository and the fast subset is run there, stopping at the first failure. A mutation
+the fast subset lets through is named, with what the full suite says of it when --full is given. Not collected by pytest
+(no test_ prefix):
 
     python tests/check_fast_subset.py [--full]
 """
@@ -15,8 +16,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MUTATIONS = [  # (file, text, replacement): replaced wherever it occurs in the top-level modules (the file named holds it;
-    # a block the scripts share is mutated in every copy, as the identical-blocks test makes a change to it be made)
+MUTATIONS = [  # (file, text, replacement): replaced wherever it occurs in the top-level modules (the file named holds
+    # it; a block the scripts share is mutated in every copy, as the identical-blocks test makes a change to it be made)
     ("td3_huber.py", "next_q.min(0).values if double_q", "next_q.max(0).values if double_q"),
     ("td3_huber.py", ".clamp(-noise_clip, noise_clip)", ".clamp(-2 * noise_clip, 2 * noise_clip)"),
     (
@@ -41,7 +42,11 @@ MUTATIONS = [  # (file, text, replacement): replaced wherever it occurs in the t
     ("mmd_critic.py", "return -torch.sqrt(1.0 + h**2 * sq_dist)", "return -torch.sqrt(1.0 + h * sq_dist)"),
     ("mmd_critic.py", "return k_xx / n**2 + k_yy / m**2 - 2 * k_xy", "return k_xx / n**2 + k_yy / m**2 - k_xy"),
     ("mmd_critic.py", "largest=False).indices", "largest=True).indices"),
-    ("iqn.py", "(taus.unsqueeze(-1) - (errors < 0).float()).abs()", "(taus.unsqueeze(-1) - (errors > 0).float()).abs()"),
+    (
+        "iqn.py",
+        "(taus.unsqueeze(-1) - (errors < 0).float()).abs()",
+        "(taus.unsqueeze(-1) - (errors > 0).float()).abs()",
+    ),
     ("dsdpg_mmd_sobolev.py", "discount = (gamma * (1.0 - terminations))", "discount = ((1.0 - terminations))"),
     (
         "dsdpg_mmd_sobolev.py",
@@ -53,7 +58,11 @@ MUTATIONS = [  # (file, text, replacement): replaced wherever it occurs in the t
         "(torch.ones(num_critics, batch, n, device=obs.device), discount",
         "(torch.zeros(num_critics, batch, n, device=obs.device), discount",
     ),
-    ("dsdpg_msmmd_sobolev.py", "discount = (gamma * (1.0 - terminations))", "discount = (gamma * (1.0 + terminations))"),
+    (
+        "dsdpg_msmmd_sobolev.py",
+        "discount = (gamma * (1.0 - terminations))",
+        "discount = (gamma * (1.0 + terminations))",
+    ),
     ("dsdpg_msmmd_sobolev.py", "grad = grad - (grad * theta).sum(-1, keepdim=True) * theta", "grad = grad + 0 * theta"),
     ("noise_wrappers.py", "uniform(1 - self.scale, 1 + self.scale)", "uniform(1 - self.scale, 1 + 2 * self.scale)"),
     ("pointmass_env.py", "self.pos = self.pos + DT * self.vel", "self.pos = self.pos + self.vel"),
@@ -70,7 +79,10 @@ def survives(tree: Path, fast: bool) -> tuple[bool, float]:
     start = time.time()
     marker = ["-m", "not slow"] if fast else []
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly", *marker], cwd=tree, capture_output=True, text=True
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly", *marker],
+        cwd=tree,
+        capture_output=True,
+        text=True,
     )
     return result.returncode == 0, time.time() - start
 

@@ -66,17 +66,19 @@ class Captured(io.StringIO):
 def run_script_in_process(script: str, *flags: str, cwd: str | Path) -> subprocess.CompletedProcess:
     """What `python <script> <flags>` from cwd prints and exits with, run in this process: the script executed as
     `__main__` with those argv (runpy), its stdout and stderr captured, and its exit turned into the status `subprocess`
-    reports (SystemExit's code modulo 256, or 1 with its message printed; another exception's traceback printed, status 1;
-    Ctrl-C's, -SIGINT). Warnings go to that stderr under the test's filters, which pytest makes show every deprecation:
-    each warning a new process would show appears (once per place at least), and some it would hide may too. For
-    commands that refuse or only print: a process start costs ~4 s of imports. What only a process shows (signals, a
-    failure at exit, warnings raised while a library is first imported) is run_script's."""
+    reports (SystemExit's code modulo 256, or 1 with its message printed; another exception's traceback printed, status
+    1; Ctrl-C's, -SIGINT). Warnings go to that stderr under the test's filters, which pytest makes show every
+    deprecation: each warning a new process would show appears (once per place at least), and some it would hide may
+    too. For commands that refuse or only print: a process start costs ~4 s of imports. What only a process shows
+    (signals, a failure at exit, warnings raised while a library is first imported) is run_script's."""
     stdout, stderr, old_cwd, old_argv = Captured(), Captured(), os.getcwd(), sys.argv
     try:
         os.chdir(cwd)
         sys.argv = [str(ROOT / script), *flags]
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), warnings.catch_warnings():
-            warnings.filterwarnings("default", append=True)  # no change of action; the registries of shown warnings reset
+            warnings.filterwarnings(
+                "default", append=True
+            )  # no change of action; the registries of shown warnings reset
             warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
                 warnings.formatwarning(message, category, filename, lineno, line)
             )

@@ -69,7 +69,9 @@ def test_without_double_q_the_target_uses_critic_one(name):
     module = importlib.import_module(name)
     torch.manual_seed(3)
     actor, critic = module.Actor(3, 2, 8), module.Critic(3, 2, 8)
-    batch = replay_buffer.ReplayBatch(torch.randn(5, 3), torch.rand(5, 2), torch.randn(5), torch.randn(5, 3), torch.zeros(5))
+    batch = replay_buffer.ReplayBatch(
+        torch.randn(5, 3), torch.rand(5, 2), torch.randn(5), torch.randn(5, 3), torch.zeros(5)
+    )
     model = module.WorldModel(3, 2, 8)
     args = (actor, critic, 0.9, 0.0, 0.5)
     target_function = module.td_targets if name == "td3_huber" else module.sobolev_targets
@@ -128,7 +130,9 @@ def test_complete_sobolev_targets_match_finite_differences_in_action_and_state(n
     module = importlib.import_module(name)
     torch.manual_seed(5)
     world_model = module.WorldModel(3, 2, hidden_dim=8)
-    world_model.update_normaliser(torch.randn(50, 3), torch.rand(50, 2) * 2 - 1, torch.randn(50, 1), torch.randn(50, 3) * 2)
+    world_model.update_normaliser(
+        torch.randn(50, 3), torch.rand(50, 2) * 2 - 1, torch.randn(50, 1), torch.randn(50, 3) * 2
+    )
     actor = module.Actor(3, 2, 8).requires_grad_(False)
     critic = module.Critic(3, 2, 8, noise_dim=4).requires_grad_(False)
     obs, actions, terminations = torch.randn(4, 3), torch.rand(4, 2) * 1.6 - 0.8, torch.tensor([0.0, 1.0, 0.0, 0.0])
@@ -162,12 +166,16 @@ def test_complete_sobolev_targets_match_finite_differences_in_action_and_state(n
     for j in range(3):  # state-gradient block against central differences of each sample's own return
         step = torch.zeros(3)
         step[j] = h
-        finite_difference = (targets_at(obs + step, actions)[..., 0] - targets_at(obs - step, actions)[..., 0]) / (2 * h)
+        finite_difference = (targets_at(obs + step, actions)[..., 0] - targets_at(obs - step, actions)[..., 0]) / (
+            2 * h
+        )
         torch.testing.assert_close(targets[..., 3 + j], finite_difference, rtol=1e-5, atol=1e-7)
     for j in range(2):
         step = torch.zeros(2)
         step[j] = h
-        finite_difference = (targets_at(obs, actions + step)[..., 0] - targets_at(obs, actions - step)[..., 0]) / (2 * h)
+        finite_difference = (targets_at(obs, actions + step)[..., 0] - targets_at(obs, actions - step)[..., 0]) / (
+            2 * h
+        )
         torch.testing.assert_close(targets[..., 1 + j], finite_difference, rtol=1e-5, atol=1e-7)
 
 
@@ -213,7 +221,10 @@ def test_complete_sobolev_runs_end_to_end(tmp_path, env_id):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "script, flags",
-    [("dsdpg_mmd_sobolev.py", ["--truncation", "0", "--num-samples", "3"]), ("mage_huber_sobolev.py", ["--no-double-q"])],
+    [
+        ("dsdpg_mmd_sobolev.py", ["--truncation", "0", "--num-samples", "3"]),
+        ("mage_huber_sobolev.py", ["--no-double-q"]),
+    ],
 )
 @pytest.mark.parametrize("env_id", ["PointMass-v0", "Hopper-v4"])
 def test_overestimation_ablations_run_end_to_end(tmp_path, script, flags, env_id):

@@ -56,7 +56,9 @@ def test_bad_summary_is_left_out_with_one_warning(tmp_path):
     runs = read_csv(tmp_path / "out" / "runs.csv")
     assert sorted(row["seed"] for row in runs) == ["1", "2", "3"]
     assert [row["n_seeds"] for row in read_csv(tmp_path / "out" / "table.csv")] == ["3"]
-    assert result.stdout.startswith("3 runs in 1 groups; wrote runs.csv, table.csv, table.md, evals.md, final_return.png")
+    assert result.stdout.startswith(
+        "3 runs in 1 groups; wrote runs.csv, table.csv, table.md, evals.md, final_return.png"
+    )
     for name in aggregate.OUTPUTS:
         assert (tmp_path / "out" / name).stat().st_size > 0
 
@@ -90,8 +92,8 @@ def test_only_bad_summaries_is_an_error(tmp_path):
         aggregate.load_runs(str(tmp_path / "grid" / "b"))
     path = tmp_path / "grid" / "b" / "summary.json"
     assert str(stopped.value) == (
-        f"aggregate.py: error: nothing to aggregate: {path}, the only summary.json under {str(path.parent)!r}, is not a "
-        "run summary (JSONDecodeError: Expecting value: line 1 column 1 (char 0))"
+        f"aggregate.py: error: nothing to aggregate: {path}, the only summary.json under {str(path.parent)!r}, is not "
+        "a run summary (JSONDecodeError: Expecting value: line 1 column 1 (char 0))"
     )
 
 
@@ -206,7 +208,9 @@ def unwritable_cases(tmp_path: Path) -> list[tuple[str, list[str], str]]:
     if os.geteuid() != 0:
         (tmp_path / "read_only").mkdir()
         os.chmod(tmp_path / "read_only", 0o555)
-        cases.append(("grid", ["--out", "read_only"], "output folder 'read_only' cannot be written (Permission denied)"))
+        cases.append(
+            ("grid", ["--out", "read_only"], "output folder 'read_only' cannot be written (Permission denied)")
+        )
         os.chmod(tmp_path / "grid", 0o555)  # the default output folder grid/aggregate cannot be created
         cases.append(("grid", [], "output folder 'grid/aggregate' cannot be created (Permission denied)"))
     return cases
@@ -284,11 +288,15 @@ def test_split_by_takes_the_flag_spelling_and_refuses_a_setting_no_run_has(tmp_p
         write_summary(
             tmp_path / "grid" / f"s{seed}", "td3_huber", "PointMass-v0", seed, [10, 20], [0.0, 1.0], dyna_reward=reward
         )
-    result = run_tool_in_process("aggregate.py", "grid", "--out", "out", "--split-by", "dyna-reward", *FAST, cwd=tmp_path)
+    result = run_tool_in_process(
+        "aggregate.py", "grid", "--out", "out", "--split-by", "dyna-reward", *FAST, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     groups = sorted(row["script"] for row in read_csv(tmp_path / "out" / "table.csv"))
     assert groups == ["td3_huber[dyna_reward=model]", "td3_huber[dyna_reward=replay]"]
-    result = run_tool_in_process("aggregate.py", "grid", "--out", "out2", "--split-by", "dyna-rewrd", *FAST, cwd=tmp_path)
+    result = run_tool_in_process(
+        "aggregate.py", "grid", "--out", "out2", "--split-by", "dyna-rewrd", *FAST, cwd=tmp_path
+    )
     assert result.returncode == 1
     assert stderr_lines(result) == [
         "aggregate.py: error: --split-by dyna_rewrd: no run has that setting (names as in summary.json's args, "
@@ -302,7 +310,9 @@ def test_until_step_before_every_first_evaluation_says_so(tmp_path):
     result = run_tool_in_process("aggregate.py", "grid", "--out", "out", "--until-step", "5", *FAST, cwd=tmp_path)
     assert result.returncode == 1
     [line] = stderr_lines(result)
-    assert line.startswith("aggregate.py: error: no run has an evaluation at or before --until-step 5 (the first run's: ")
+    assert line.startswith(
+        "aggregate.py: error: no run has an evaluation at or before --until-step 5 (the first run's: "
+    )
     assert line.endswith("summary.json, first evaluation at step 10)") and "not a run summary" not in line
     write_summary(tmp_path / "grid" / "early", "td3_huber", "PointMass-v0", 4, [5, 20], [1.0, 2.0])
     result = run_tool_in_process("aggregate.py", "grid", "--out", "out", "--until-step", "5", *FAST, cwd=tmp_path)

@@ -56,7 +56,9 @@ def test_sobolev_targets_equal_the_straightforward_reference(name, world_model_k
     obs, actions = torch.randn(5, 3), torch.rand(5, 2) * 1.6 - 0.8
     rewards, terminations = torch.tensor([0.0, 10.0, 0.5, 0.0, -1.0]), torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0])
     torch.manual_seed(11)
-    targets = module.sobolev_targets(obs, actions, rewards, terminations, *parts, 0.9, 0.2, 0.5, 4, dyna_reward, complete)
+    targets = module.sobolev_targets(
+        obs, actions, rewards, terminations, *parts, 0.9, 0.2, 0.5, 4, dyna_reward, complete
+    )
     torch.manual_seed(11)
     expected = reference_targets(module, obs, actions, rewards, terminations, parts, 4, complete, dyna_reward)
     assert targets.shape == expected.shape == (5, 8, 3 + 3 * complete)

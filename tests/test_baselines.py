@@ -80,7 +80,9 @@ def test_iqn_learns_the_quantiles_of_a_bimodal_return():
     with torch.no_grad():
         predicted = critic(torch.zeros(10, 2), torch.zeros(10, 1), levels[None].expand(2, -1))  # (2, 10)
     assert (predicted[:, 1:] > predicted[:, :-1]).all()  # ordered quantiles
-    torch.testing.assert_close(predicted, huber_quantiles(bimodal_returns(100_000), levels).expand(2, -1), atol=0.25, rtol=0)
+    torch.testing.assert_close(
+        predicted, huber_quantiles(bimodal_returns(100_000), levels).expand(2, -1), atol=0.25, rtol=0
+    )
     assert predicted[0, 4] < 0 < predicted[0, 5]  # both modes are represented
 
 

@@ -223,7 +223,13 @@ OTHER_UPDATE_PATHS = [
     ("mmd_critic.py", dict(world_model="flow", mmd_estimator="unbiased", dyna_reward="model")),
     (
         "dsdpg_msmmd_sobolev.py",
-        dict(world_model="flow", sobolev="complete", mmd_estimator="unbiased", slice_optimizer="ascent", dyna_reward="model"),
+        dict(
+            world_model="flow",
+            sobolev="complete",
+            mmd_estimator="unbiased",
+            slice_optimizer="ascent",
+            dyna_reward="model",
+        ),
     ),
 ]
 
@@ -250,7 +256,9 @@ def test_graph_replayed_updates_give_the_eager_numbers(tmp_path, monkeypatch, sc
     world_model = options.get("dyna", True)  # td3_huber --no-dyna builds no world model, so no optimizer for one
     graphs_on_the_cpu(monkeypatch)
     eager_scalars, eager_summary = run_main(module, tmp_path, monkeypatch, "eager", cudagraphs=False, **options)
-    assert requested == [False, False] + [False] * world_model  # eager: the default RAdam for the actor, the critic, the WM
+    assert (
+        requested == [False, False] + [False] * world_model
+    )  # eager: the default RAdam for the actor, the critic, the WM
 
     emulate_cuda_graphs(monkeypatch)
     ReplayedTrace.replays = 0
@@ -274,7 +282,18 @@ def test_the_captured_updates_hold_no_host_sync_or_python_side_effect(script):
     state (a replay would skip it without a trace in the numbers), and samples its batch inside the step."""
     source = inspect.getsource(importlib.import_module(script.removesuffix(".py")).main)
     updates = source[source.index("    def update_critic()") : source.index("    if cuda_graphs:")]
-    for forbidden in (".item(", ".cpu(", ".tolist(", ".numpy(", "nonlocal", "global ", "float(", "int(", "bool(", "print("):
+    for forbidden in (
+        ".item(",
+        ".cpu(",
+        ".tolist(",
+        ".numpy(",
+        "nonlocal",
+        "global ",
+        "float(",
+        "int(",
+        "bool(",
+        "print(",
+    ):
         assert forbidden not in updates, forbidden
     assert updates.count("rb.sample(") == 1 and "num_critic_updates" not in updates
 
@@ -293,8 +312,12 @@ def test_real_capture_on_a_gpu_trains_with_finite_losses(tmp_path, monkeypatch, 
             return super().__call__(*inputs)
 
     monkeypatch.setattr(flag_extras, "CudaGraphStep", CountedStep)  # main() imports it from flag_extras when it runs
-    graph_scalars, graph_summary = run_main(module, tmp_path, monkeypatch, "graphs", cuda=True, **options)  # the default
-    eager_scalars, eager_summary = run_main(module, tmp_path, monkeypatch, "eager", cuda=True, cudagraphs=False, **options)
+    graph_scalars, graph_summary = run_main(
+        module, tmp_path, monkeypatch, "graphs", cuda=True, **options
+    )  # the default
+    eager_scalars, eager_summary = run_main(
+        module, tmp_path, monkeypatch, "eager", cuda=True, cudagraphs=False, **options
+    )
     assert replays.count(True) == (200 - 4) + (100 - 4)
     assert graph_scalars.keys() == eager_scalars.keys()
     for tag, values in graph_scalars.items():

@@ -28,7 +28,9 @@ def no_flush():
 @pytest.mark.parametrize("script", RL_SCRIPTS)
 def test_every_script_flushes_denormals(script, no_flush, tmp_path):
     assert torch.tensor([DENORMAL]).item() != 0.0  # kept before the run
-    flags = "--env-id PointMass-v0 --total-timesteps 3 --learning-starts 2 --hidden-dim 4 --wm-hidden-dim 4 --batch-size 2"
+    flags = (
+        "--env-id PointMass-v0 --total-timesteps 3 --learning-starts 2 --hidden-dim 4 --wm-hidden-dim 4 --batch-size 2"
+    )
     result = run_script_in_process(f"{script}.py", *flags.split(), "--eval-episodes", "1", "--no-cuda", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert torch.tensor([DENORMAL]).item() == 0.0  # the script flushed them
@@ -59,6 +61,8 @@ def test_flushing_changes_no_output_when_only_the_weights_of_zero_inputs_are_den
         next_obs, rewards = model.sample(obs[:8], actions, 3, noise)
         (grad,) = torch.autograd.grad(next_obs.sum() + rewards.sum(), actions)
         outputs.append((next_obs.detach(), rewards.detach(), grad))
-    assert (model.prior.hidden[0].weight[:, 3].view(torch.int32) != 0).all()  # still stored: only arithmetic flushed them
+    assert (
+        model.prior.hidden[0].weight[:, 3].view(torch.int32) != 0
+    ).all()  # still stored: only arithmetic flushed them
     for kept, flushed in zip(*outputs):
         assert torch.equal(kept, flushed)

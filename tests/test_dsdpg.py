@@ -220,7 +220,18 @@ def test_sobolev_targets_match_per_sample_finite_differences(float64):
     def targets_at(a: torch.Tensor) -> torch.Tensor:
         torch.manual_seed(123)  # the same noise at every evaluation
         return dsdpg.sobolev_targets(
-            obs, a, torch.zeros(4), terminations, world_model, actor, critic, 0.9, 0.2, 0.5, num_samples=5, dyna_reward="model"
+            obs,
+            a,
+            torch.zeros(4),
+            terminations,
+            world_model,
+            actor,
+            critic,
+            0.9,
+            0.2,
+            0.5,
+            num_samples=5,
+            dyna_reward="model",
         )  # tests/test_dyna_reward.py: both modes
 
     targets = targets_at(actions)

@@ -91,7 +91,9 @@ def checkpoint(tmp_path) -> str:
     return str(path)
 
 
-def test_flag_probe_reports_zero_for_an_exact_model_and_every_flip_wrong_for_a_model_that_never_flips(tmp_path, monkeypatch):
+def test_flag_probe_reports_zero_for_an_exact_model_and_every_flip_wrong_for_a_model_that_never_flips(
+    tmp_path, monkeypatch
+):
     path = checkpoint(tmp_path)
     monkeypatch.setattr(td3_huber, "make_world_model", lambda *args: RuleWorldModel(flips=True))
     exact = probe.probe_run(path)

@@ -38,7 +38,19 @@ def targets_of(module, obs, actions, rewards, terminations, parts, dyna_reward: 
         return module.sobolev_targets(batch, world_model, actor, critic, 0.9, 0.2, 0.5, dyna_reward=dyna_reward)
     function = module.sobolev_targets if module.__name__ in SOBOLEV else module.return_targets
     return function(
-        obs, actions, rewards, terminations, world_model, actor, critic, 0.9, 0.2, 0.5, 3, dyna_reward=dyna_reward, **kwargs
+        obs,
+        actions,
+        rewards,
+        terminations,
+        world_model,
+        actor,
+        critic,
+        0.9,
+        0.2,
+        0.5,
+        3,
+        dyna_reward=dyna_reward,
+        **kwargs,
     )
 
 
@@ -49,7 +61,9 @@ def check_dyna_rewards_replay_exactness(module, dtype: torch.dtype) -> None:
     generator = torch.Generator().manual_seed(5)
     replay = torch.cat([torch.tensor([0.1, 0.7, 1 / 3, -1 / 3]), torch.randn(60, generator=generator) * 3]).to(dtype)
     a = (torch.randn(64, 3, generator=generator) * 2).to(dtype).requires_grad_()
-    model_rewards = torch.stack([a[:, 0] ** 2 * 1e3, torch.sin(a[:, 1]), 7.3 * a[:, 2]], -1)  # (64, 3): one large column
+    model_rewards = torch.stack(
+        [a[:, 0] ** 2 * 1e3, torch.sin(a[:, 1]), 7.3 * a[:, 2]], -1
+    )  # (64, 3): one large column
     rewards = module.dyna_rewards(replay[:, None], model_rewards, "replay")  # broadcast as in the target functions
     assert rewards.dtype == dtype and rewards.shape == (64, 3)
     assert torch.equal(rewards.detach(), replay[:, None].expand(64, 3))  # exactly r, not r^ + (r - r^) rounded
@@ -113,7 +127,9 @@ def finite_difference(targets_at, x: torch.Tensor, h: float = 1e-6) -> torch.Ten
 @pytest.mark.parametrize("dyna_reward", ["replay", "model"])
 @pytest.mark.parametrize("world_model_kind", ["cvae", "flow"])
 @pytest.mark.parametrize("name", ["mage_huber_sobolev", *SOBOLEV])
-def test_target_gradients_are_central_differences_of_the_model_reward_target(name, world_model_kind, dyna_reward, float64):
+def test_target_gradients_are_central_differences_of_the_model_reward_target(
+    name, world_model_kind, dyna_reward, float64
+):
     """In both modes every per-sample gradient (action, and state for the complete operator) is the derivative of the
     model-reward target: the replay value is a constant of the pair, its gradient the model's d r^/da."""
     module = importlib.import_module(name)

@@ -47,7 +47,9 @@ def test_inverse_round_trips(obs_dim: int, act_dim: int) -> None:
     z, _ = model.forward_transform(x, cond)
     assert (z - x).abs().max() > 0.1
     torch.testing.assert_close(model.inverse_transform(z, cond), x, rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(model.forward_transform(model.inverse_transform(x, cond), cond)[0], x, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(
+        model.forward_transform(model.inverse_transform(x, cond), cond)[0], x, rtol=1e-10, atol=1e-10
+    )
 
 
 def test_initial_flow_is_orthogonal_and_interface_shapes() -> None:

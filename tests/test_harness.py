@@ -41,7 +41,14 @@ def run_tool_in_process(tool: str, *flags: str, cwd: Path) -> subprocess.Complet
 
 
 def write_summary(
-    run_dir: Path, script: str, env: str, seed: int, steps: list[int], returns: list[float], with_nauc: bool = True, **noise
+    run_dir: Path,
+    script: str,
+    env: str,
+    seed: int,
+    steps: list[int],
+    returns: list[float],
+    with_nauc: bool = True,
+    **noise,
 ) -> None:
     run_dir.mkdir(parents=True)
     args = {
@@ -145,7 +152,9 @@ def test_aggregate_recovers_medians_cis_and_writes_figures(tmp_path):
                 run_dir = tmp_path / "grid" / script / noise / f"seed{seed}" / "runs" / f"r{seed}"
                 write_summary(run_dir, script, "PointMass-v0", seed, steps, returns, **flags)
     known = [1.0, 2.0, 4.0, 9.0]  # no nauc in the summary: recomputed as the curve's mean
-    write_summary(tmp_path / "grid" / "iqn" / "r1", "iqn", "Hopper-v4", 1, steps, known, with_nauc=False, dyn_noise="gauss")
+    write_summary(
+        tmp_path / "grid" / "iqn" / "r1", "iqn", "Hopper-v4", 1, steps, known, with_nauc=False, dyn_noise="gauss"
+    )
     (tmp_path / "grid" / "iqn" / "unfinished").mkdir()
     (tmp_path / "grid" / "iqn" / "unfinished" / "checkpoint.pt").write_bytes(b"")
 
@@ -262,7 +271,9 @@ def test_local_grid_runs_then_skips_then_resumes(tmp_path):
     assert [p.parts[-5:-3] for p in summaries(tmp_path)] == [("default", "seed1"), ("default", "seed2")]
     log = log_lines(tmp_path)
     assert sorted(r["job"] for r in log) == [f"td3_huber PointMass-v0 default seed{s}" for s in (1, 2)]
-    assert all(r["status"] == "ok" and r["returncode"] == 0 and "--seed" in r["command"] and r["seconds"] > 0 for r in log)
+    assert all(
+        r["status"] == "ok" and r["returncode"] == 0 and "--seed" in r["command"] and r["seconds"] > 0 for r in log
+    )
 
     again = grid(cwd=tmp_path)
     assert again.returncode == 0 and "2 skipped" in again.stdout and len(log_lines(tmp_path)) == 2
@@ -314,10 +325,19 @@ def test_bad_grid_flags_and_dry_run(tmp_path):
 
 def test_one_exp_name_for_several_scripts_is_refused(tmp_path):
     """--exp-name names the method in aggregate.py: given to two scripts at once (--common or a flag set) it would pool
-    their runs as one method with twice the seeds, so the grid refuses it before any job; one script per name is fine."""
+    their runs as one method with twice the seeds, so the grid refuses it before any job; one script per name is
+    fine."""
     for flags in (["--common", "--exp-name same"], ["--flag-sets", "--exp-name same"]):
         result = run_tool_in_process(
-            "run_grid.py", "--scripts", "td3_huber", "iqn", "--env-ids", "PointMass-v0", *flags, "--dry-run", cwd=tmp_path
+            "run_grid.py",
+            "--scripts",
+            "td3_huber",
+            "iqn",
+            "--env-ids",
+            "PointMass-v0",
+            *flags,
+            "--dry-run",
+            cwd=tmp_path,
         )
         assert result.returncode == 1 and len(error_lines(result)) == 1, result.stderr
         assert "one --exp-name would name the runs of 2 scripts alike" in result.stderr
@@ -396,7 +416,13 @@ def test_split_by_gives_each_setting_its_own_group(tmp_path, capsys):
     for seed in (1, 2):
         for mode, final in (("replay", 8.0), ("model", 2.0)):
             write_summary(
-                tmp_path / mode / str(seed), "mage_huber_sobolev", "E", seed, [10, 20], [1.0, final + seed], dyna_reward=mode
+                tmp_path / mode / str(seed),
+                "mage_huber_sobolev",
+                "E",
+                seed,
+                [10, 20],
+                [1.0, final + seed],
+                dyna_reward=mode,
             )
     merged = aggregate.group_runs(aggregate.load_runs(str(tmp_path)))
     assert list(merged) == [("mage_huber_sobolev", "E", "none")] and "differ in dyna_reward" in capsys.readouterr().err
@@ -406,7 +432,10 @@ def test_split_by_gives_each_setting_its_own_group(tmp_path, capsys):
         ("mage_huber_sobolev[dyna_reward=replay]", "E", "none"),
     ]
     assert capsys.readouterr().err == ""
-    assert [run["final_eval_return"] for run in groups[("mage_huber_sobolev[dyna_reward=replay]", "E", "none")]] == [9.0, 10.0]
+    assert [run["final_eval_return"] for run in groups[("mage_huber_sobolev[dyna_reward=replay]", "E", "none")]] == [
+        9.0,
+        10.0,
+    ]
 
 
 @pytest.mark.slow
@@ -475,12 +504,16 @@ def test_value_check_reads_the_logged_values_of_every_run(tmp_path, capsys):
     value_check.value_table(value_check.Args(str(tmp_path / "grid"), window=100, save_values=True))
     assert summary_path.read_text() == saved_before
     assert "keeps the `critic_values` saved at other settings; not saved" in capsys.readouterr().err
-    summary_path = tmp_path / "grid" / "3" / "summary.json"  # a committed run whose events are gone: its summary's values
+    summary_path = (
+        tmp_path / "grid" / "3" / "summary.json"
+    )  # a committed run whose events are gone: its summary's values
     saved = json.loads(summary_path.read_text())
     saved["critic_values"] = {"tag": "losses/qf1_values", "window_steps": 200, "mean": 3.0, "max": 9.0}
     summary_path.write_text(json.dumps(saved))
     table = value_check.value_table(value_check.Args(str(tmp_path / "grid"), window=200, bound=10.0))
-    assert "| td3_huber | E | 3 | 3.00 | 9.00 | 0.00 |" in table and "| td3_huber | E | 1 | 5.00 | 12.00 | 1.00 |" in table
+    assert (
+        "| td3_huber | E | 3 | 3.00 | 9.00 | 0.00 |" in table and "| td3_huber | E | 1 | 5.00 | 12.00 | 1.00 |" in table
+    )
     for flags, error in (
         ({"window": 0}, "--window must be >= 1"),
         ({"bound": float("nan")}, "--bound must be finite, got nan"),
@@ -549,10 +582,16 @@ def test_trend_plots_the_tables_means_against_m(tmp_path, monkeypatch):
     """With runs at two or more PointMass<M>-v0, trend.png draws each method's mean final return and nAUC at its M,
     sorted by M, with the table's 95% CI as band (one M only: a point with error bars); with one M there is no
     trend.png."""
-    returns = {("td3_huber_no_dyna", 3): [0.0, 0.0, 3.0], ("td3_huber_no_dyna", 6): [1.0, 1.0, 4.0], ("iqn", 5): [4.0, 6.0]}
+    returns = {
+        ("td3_huber_no_dyna", 3): [0.0, 0.0, 3.0],
+        ("td3_huber_no_dyna", 6): [1.0, 1.0, 4.0],
+        ("iqn", 5): [4.0, 6.0],
+    }
     for (script, m), finals in returns.items():
         for seed, final in enumerate(finals, start=1):
-            write_summary(tmp_path / "grid" / f"{script}{m}s{seed}", script, f"PointMass{m}-v0", seed, [5, 10], [1.0, final])
+            write_summary(
+                tmp_path / "grid" / f"{script}{m}s{seed}", script, f"PointMass{m}-v0", seed, [5, 10], [1.0, final]
+            )
     drawn = []
     save = aggregate.plt.Figure.savefig
 
@@ -619,7 +658,9 @@ def test_a_grid_dir_that_cannot_be_written_is_one_line_before_any_job(tmp_path):
         ("a_file/grid", "--grid-dir a_file/grid: cannot write there (Not a directory)"),
     ):
         result = run_tool(
-            *"run_grid.py --scripts td3_huber --env-ids PointMass-v0 --seeds 1 --grid-dir".split(), grid_dir, cwd=tmp_path
+            *"run_grid.py --scripts td3_huber --env-ids PointMass-v0 --seeds 1 --grid-dir".split(),
+            grid_dir,
+            cwd=tmp_path,
         )
         assert result.returncode == 1 and result.stderr.strip() == f"run_grid.py: error: {message}", result.stderr
         assert result.stdout == "" and sorted(path.name for path in tmp_path.iterdir()) == ["a_file"]
@@ -726,9 +767,10 @@ def test_mujoco_cpu_lanes_each_run_every_group_their_own_first(tmp_path):
 
 
 def test_mujoco_questions_lanes_run_the_questions_in_order_and_cover_every_group(tmp_path):
-    """mujoco_questions.sh with `python` stubbed: lane 1 runs question a (HalfCheetah DSDPG-MSMMD with the chosen search)
-    then c (the same on IDP), lane 2 b (truncation 10 %) then d (lr 1e-4), each then the other's in reverse: both cover
-    the 7 groups (21 runs), each with its task's settings and its own --exp-name. A relative GRID_DIR is the caller's."""
+    """mujoco_questions.sh with `python` stubbed: lane 1 runs question a (HalfCheetah DSDPG-MSMMD with the chosen
+    search) then c (the same on IDP), lane 2 b (truncation 10 %) then d (lr 1e-4), each then the other's in reverse:
+    both cover the 7 groups (21 runs), each with its task's settings and its own --exp-name. A relative GRID_DIR is the
+    caller's."""
     stub = tmp_path / "bin"
     stub.mkdir()
     (stub / "python").write_text('#!/usr/bin/env bash\necho "$@"\n')
@@ -755,7 +797,9 @@ def test_mujoco_questions_lanes_run_the_questions_in_order_and_cover_every_group
                 "InvertedDoublePendulum-v4": "25000 --updates-per-step 10",
                 "HalfCheetah-v4": "150000 --updates-per-step 1",
             }
-            assert f"--total-timesteps {steps[env]}" in common and "--learning-rate 3e-4 --wm-learning-rate 3e-4" in common
+            assert (
+                f"--total-timesteps {steps[env]}" in common and "--learning-rate 3e-4 --wm-learning-rate 3e-4" in common
+            )
             assert "--obs-noise mult --hidden-dim 128 --wm-hidden-dim 256 --batch-size 64" in common
             found.append((env[:3], script, flag_set))
         return found
@@ -803,7 +847,9 @@ def test_stability_counts_what_follows_the_first_solved_evaluation(tmp_path, mon
         for step, value in ((190, 50.0), (195, 4.0), (205, 6.0), (230, 100.0), (295, 7.0), (305, 9.0), (310, 50.0)):
             writer.add_scalar("losses/qf1_values", value, step)
     monkeypatch.setattr(stability, "VALUE_SPAN", 20)
-    table = stability.stability_table(stability.Args(str(tmp_path / "grid"), env_id="E", solved=9350, held=9000, window=100))
+    table = stability.stability_table(
+        stability.Args(str(tmp_path / "grid"), env_id="E", solved=9350, held=9000, window=100)
+    )
     # after 200: 220, 250 (later file), 390 full; 330 fell; in (200, 300]: 220 and 250 full
     assert "| td3_huber | 1 | 200 | 3 / 1 | 8000 at 300 | 9360 | 5 -> 8 | 2 / 0 |" in table
     assert "| td3_huber | 2 | never | | | 40 | | |" in table
@@ -972,8 +1018,8 @@ def test_logged_diagnostics_reduce_each_tag_per_evaluation_interval(tmp_path):
     with pytest.raises(SystemExit) as refused:
         diagnostics.diagnostics_table(diagnostics.Args(str(grid)))
     assert refused.value.code == (
-        f"logged_diagnostics.py: error: no run under {grid} has its events or `logged` in its summary.json (events stay on"
-        " the machine that ran it)"
+        f"logged_diagnostics.py: error: no run under {grid} has its events or `logged` in its summary.json (events stay"
+        " on the machine that ran it)"
     )
 
 
@@ -1061,7 +1107,12 @@ def grid_of_one_run(cwd: Path) -> None:
     run_dir = cwd / "grid" / "1"
     write_summary(run_dir, "dsdpg_x", "E", 1, [100, 200], [9400.0, 9400.0])
     with SummaryWriter(str(run_dir)) as writer:
-        for tag in ("charts/episodic_length", "charts/episodic_return", "losses/qf1_values", "charts/contraction_gamma_kappa"):
+        for tag in (
+            "charts/episodic_length",
+            "charts/episodic_return",
+            "losses/qf1_values",
+            "charts/contraction_gamma_kappa",
+        ):
             for step in (150, 200):
                 writer.add_scalar(tag, 1000.0, step)
 

@@ -72,7 +72,9 @@ def check_msmmd_critic_loss(module, estimator: str) -> None:
     initial_theta = torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 2.0
     loss, theta = module.critic_loss(predictions, targets, h, estimator, (0, 0.1, "adam"), initial_theta)
     assert loss.shape == () and theta.shape == (2, 3, 3)
-    directions = [[[t / math.sqrt(sum(c * c for c in row)) for t in row] for row in rows] for rows in initial_theta.tolist()]
+    directions = [
+        [[t / math.sqrt(sum(c * c for c in row)) for t in row] for row in rows] for rows in initial_theta.tolist()
+    ]
     torch.testing.assert_close(theta, torch.tensor(directions, dtype=torch.float64), rtol=1e-12, atol=1e-12)
     expected = loss_loop(predictions.tolist(), targets.tolist(), h, estimator, directions)
     assert math.isclose(loss.item(), expected, rel_tol=1e-5, abs_tol=1e-9), (loss.item(), expected)

@@ -90,8 +90,13 @@ def test_a_group_the_tool_does_not_name_is_refused_in_one_line(tmp_path):
 
 def test_write_replaces_only_its_table_even_when_a_task_adds_a_column():
     old = "| method (median [95 % CI], seeds) | IDP final return | IDP nAUC |\n|---|---|---|\n| MAGE | 1 (3) | 2 (3) |"
-    new = "| method (median [95 % CI], seeds) | IDP final return | IDP nAUC | Walker2d final return |\n|---|---|---|---|"
-    other = "| method (median [95 % CI], seeds) | IDP final return | HalfCheetah final return |\n|---|---|---|\n| x | 1 | 2 |"
+    new = (
+        "| method (median [95 % CI], seeds) | IDP final return | IDP nAUC | Walker2d final return |\n|---|---|---|---|"
+    )
+    other = (
+        "| method (median [95 % CI], seeds) | IDP final return | HalfCheetah final return |\n|---|---|---|\n"
+        "| x | 1 | 2 |"
+    )
     text = f"# Results\n\n{old}\n\nprose after it\n\n{other}\n"
     assert tables.replace_table(text, new, "README.md") == f"# Results\n\n{new}\n\nprose after it\n\n{other}\n"
     for count, doc in ((0, other), (2, f"{old}\n\n{old}")):  # `other` shares two of the three cells
@@ -125,7 +130,9 @@ def first_half(line: str) -> str:
     ],
     ids=["missing", "empty", "header-only", "half-a-row", "half-a-header", "not-a-number", "no-grid-task"],
 )
-def test_a_missing_or_damaged_table_csv_is_refused_in_one_line_naming_it(tmp_path, monkeypatch, capsys, content, problem):
+def test_a_missing_or_damaged_table_csv_is_refused_in_one_line_naming_it(
+    tmp_path, monkeypatch, capsys, content, problem
+):
     """tables.py --write without table.csv, or with one cut short or damaged: one line naming the CSV and what is wrong
     with it (not the README), exit status 1, before any table is printed or written."""
     csv_path, page, readme = tmp_path / "table.csv", tmp_path / "page.md", tmp_path / "README.md"

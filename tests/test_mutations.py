@@ -1,9 +1,10 @@
 """Tests that kill one-line mutations of the maths the other tests let through: the actor step's direction, the TQC
 truncation as the critic update calls it, TD3's target smoothing, IQN's loss and quantile fractions, mmd_critic's
-unbiased estimator, the cVAE prior's spread and its loss's KL term, the max-sliced loss's direction, the target networks' Polyak step and the
-target smoothing's two flags as update_critic passes them. Each expectation is computed independently (a loop, a
-hand-reproduced noise draw, a first-order prediction, the optimizer's own step recorded by a hook); the update closures
-are reached as main() builds them: main() runs up to run.start, where they are read from its frame, and stops there."""
+unbiased estimator, the cVAE prior's spread and its loss's KL term, the max-sliced loss's direction, the target
+networks' Polyak step and the target smoothing's two flags as update_critic passes them. Each expectation is computed
+independently (a loop, a hand-reproduced noise draw, a first-order prediction, the optimizer's own step recorded by a
+hook); the update closures are reached as main() builds them: main() runs up to run.start, where they are read from its
+frame, and stops there."""
 
 import copy
 import dataclasses
@@ -255,7 +256,9 @@ def test_iqn_target_quantile_levels_are_uniform_draws():
     recorder = RecordingCritic(critic)
     torch.manual_seed(1)
     obs, actions = torch.randn(8, 3), torch.rand(8, 2) * 2 - 1
-    targets = iqn.return_targets(obs, actions, torch.zeros(8), torch.zeros(8), world_model, actor, recorder, 0.9, 0.2, 0.5, 16)
+    targets = iqn.return_targets(
+        obs, actions, torch.zeros(8), torch.zeros(8), world_model, actor, recorder, 0.9, 0.2, 0.5, 16
+    )
     assert targets.shape == (8, 32, 1) and len(recorder.levels) == 1
     levels = recorder.levels[0]
     assert levels.shape == (2, 8 * 16)
@@ -331,7 +334,9 @@ def test_cvae_loss_is_reconstruction_plus_the_weighted_kl_of_encoder_to_prior(na
     loss = world_model.loss(obs, actions, rewards, next_obs)
     with torch.no_grad():
         cond = world_model.condition(obs, actions)
-        target = world_model.normaliser.normalise(torch.cat([next_obs - obs, rewards[:, None]], -1), world_model.out_part)
+        target = world_model.normaliser.normalise(
+            torch.cat([next_obs - obs, rewards[:, None]], -1), world_model.out_part
+        )
         q_mean, q_log_std = world_model.gaussian(world_model.encoder(torch.cat([cond, target], -1)))
         p_mean, p_log_std = world_model.gaussian(world_model.prior(cond))
         q, p = torch.distributions.Normal(q_mean, q_log_std.exp()), torch.distributions.Normal(p_mean, p_log_std.exp())

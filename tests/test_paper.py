@@ -62,7 +62,9 @@ def test_list_names_every_figure_and_table():
     for name in paper.NAMES:
         assert re.search(rf"^{name}: ", result.stdout, re.M), name
     assert "python toy_supervised_sobolev.py" in result.stdout
-    assert re.search(r"^mujoco: .*\n    1080 runs, [\d,.]+ GPU-hours on an H100, [\d,.]+ CPU-hours here", result.stdout, re.M)
+    assert re.search(
+        r"^mujoco: .*\n    1080 runs, [\d,.]+ GPU-hours on an H100, [\d,.]+ CPU-hours here", result.stdout, re.M
+    )
 
 
 def test_readme_table_is_the_tools_own():
@@ -88,7 +90,9 @@ def test_mujoco_dry_run_is_the_papers_grid(tmp_path):
         humanoid = "--env-id Humanoid-v4" in command
         assert ("--total-timesteps 250000" in command) == humanoid
     assert sum("--obs-noise mult" in c for c in commands) == sum("--dyn-noise gauss" in c for c in commands) == 360
-    total = re.search(r"^cost: ([\d,.]+) GPU-hours on an H100 \(([\d,.]+) to run\), ([\d,.]+) CPU-hours", result.stdout, re.M)
+    total = re.search(
+        r"^cost: ([\d,.]+) GPU-hours on an H100 \(([\d,.]+) to run\), ([\d,.]+) CPU-hours", result.stdout, re.M
+    )
     assert total and total[1] == total[2] and float(total[1].replace(",", "")) > 0
 
 
@@ -120,7 +124,9 @@ def test_cost_keys_and_settings():
         paper.cost_key("iqn", "Ant-v4", "--obs-noise mult --num-samples 5 --exp-name x".split())
         == "iqn Ant-v4 --num-samples 5"
     )
-    assert paper.cost_key("td3_huber", "E", ["--no-double-q", "--kernel-bandwidth", "10"]) == "td3_huber E --no-double-q"
+    assert (
+        paper.cost_key("td3_huber", "E", ["--no-double-q", "--kernel-bandwidth", "10"]) == "td3_huber E --no-double-q"
+    )
     assert paper.script_settings("--num-samples 25 --no-double-q --world-model flow".split()) == [
         "num_samples=25",
         "double_q=false",
@@ -151,7 +157,9 @@ def test_every_smoke_runs_and_aggregates(tmp_path, monkeypatch, capsys):
     grid = tmp_path / "smoke"
     launch = run_grid.Launch(grid_dir=str(grid))
     figures = {}  # file name -> the figure aggregation made for it, of the experiment being aggregated
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, path, **kw: figures.update({Path(path).name: fig}))
+    monkeypatch.setattr(
+        matplotlib.figure.Figure, "savefig", lambda fig, path, **kw: figures.update({Path(path).name: fig})
+    )
     for name in paper.NAMES:
         if name in (paper.TOY_SUPERVISED[0], paper.RUNTIME):
             continue

@@ -66,7 +66,9 @@ def test_register_guard_on_reimport():
 
 
 def test_bonus_locations_on_ring():
-    np.testing.assert_allclose(PointMassEnv(num_bonus=4).bonus_locations, [[2, 0], [0, 2], [-2, 0], [0, -2]], atol=1e-12)
+    np.testing.assert_allclose(
+        PointMassEnv(num_bonus=4).bonus_locations, [[2, 0], [0, 2], [-2, 0], [0, -2]], atol=1e-12
+    )
     np.testing.assert_allclose(PointMassEnv(num_bonus=3).bonus_locations, [[2, 0], [-1, SQRT3], [-1, -SQRT3]])
 
 

@@ -26,9 +26,10 @@ def assert_same_buffer(restored: ReplayBuffer, reference: ReplayBuffer) -> None:
 @pytest.mark.parametrize("rows", [3, 5, 8, 12])
 def test_a_restored_buffer_given_new_rows_holds_the_never_saved_buffers_rows(rows):
     """A buffer of capacity 5 given `rows` rows (not full, exactly full, wrapped once with its write position mid-way,
-    wrapped twice), saved as a checkpoint saves it (torch.save, weights_only load) and restored into a fresh buffer, then
-    given 4 new rows, holds exactly the rows, write position, size and fill level of the buffer never saved and given the
-    same 4 rows: the new rows overwrite the oldest ones, not the rows the saved write position does not point at."""
+    wrapped twice), saved as a checkpoint saves it (torch.save, weights_only load) and restored into a fresh buffer,
+    then given 4 new rows, holds exactly the rows, write position, size and fill level of the buffer never saved and
+    given the same 4 rows: the new rows overwrite the oldest ones, not the rows the saved write position does not point
+    at."""
     reference = ReplayBuffer(2, 1, capacity=5, device=torch.device("cpu"))
     add_rows(reference, 0, rows)
     saved = io.BytesIO()

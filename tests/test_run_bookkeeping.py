@@ -180,7 +180,9 @@ def test_each_evaluation_resets_its_episodes_with_distinct_seeds_the_same_at_eve
 
 # THE CPU COST NOTE
 @pytest.mark.parametrize("total_timesteps, noted", [(100_000, True), (2_000, False)])
-def test_the_cpu_note_is_priced_from_the_runs_own_learning_steps(started_run, monkeypatch, capsys, total_timesteps, noted):
+def test_the_cpu_note_is_priced_from_the_runs_own_learning_steps(
+    started_run, monkeypatch, capsys, total_timesteps, noted
+):
     """The first 100 steps logged from 100 steps after learning starts (10), steps 200 to 300, timed at 0.05 s each on a
     clock the test moves: 1 700 steps left at that rate are under an hour (no note), 99 700 are ~1.4 h (one note, with
     the rate, the run's updates per step, the steps left, the hours and a CPU-sized command)."""
@@ -191,7 +193,9 @@ def test_the_cpu_note_is_priced_from_the_runs_own_learning_steps(started_run, mo
         run.log_speed(step)
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
     left = total_timesteps - 300
-    expected = f"note: a learning step takes 0.05 s on this CPU (--updates-per-step 10), so the {left} steps left will take"
+    expected = (
+        f"note: a learning step takes 0.05 s on this CPU (--updates-per-step 10), so the {left} steps left will take"
+    )
     assert notes == ([notes[0]] if noted else []) and (not noted or notes[0].startswith(expected + " about 1 h")), notes
     assert not noted or "python td3_huber.py --env-id PointMass-v0 --total-timesteps 15000" in notes[0]
 
@@ -220,7 +224,9 @@ def test_logged_scalars_reads_every_tag_in_one_pass_over_a_resumed_runs_files(tm
                 writer.add_scalar(tag, value, step)
         time.sleep(0.05)  # distinct modification times, and SummaryWriter's file names carry the second
     loaded, reload = [], event_accumulator.EventAccumulator.Reload
-    monkeypatch.setattr(event_accumulator.EventAccumulator, "Reload", lambda self: loaded.append(self.path) or reload(self))
+    monkeypatch.setattr(
+        event_accumulator.EventAccumulator, "Reload", lambda self: loaded.append(self.path) or reload(self)
+    )
     values = run_bookkeeping.logged_scalars(str(tmp_path), "a", "b", "c")
     assert values == {"a": {1: 1.0, 2: 3.0}, "b": {1: 10.0, 3: 30.0}, "c": {}}
     assert len(loaded) == len(set(loaded)) == 2

@@ -23,10 +23,13 @@ import flag_extras
 import td3_huber
 
 TINY = (
-    "--env-id PointMass-v0 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 --batch-size 16 --updates-per-step 1 "
-    "--eval-episodes 2 --contraction-frequency 0"
+    "--env-id PointMass-v0 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 --batch-size 16 "
+    "--updates-per-step 1 --eval-episodes 2 --contraction-frequency 0"
 ).split()
-MODEL_FREE = [*" ".join(TINY).replace(" --wm-hidden-dim 16", "").split(), "--no-dyna"]  # which refuses world-model flags
+MODEL_FREE = [
+    *" ".join(TINY).replace(" --wm-hidden-dim 16", "").split(),
+    "--no-dyna",
+]  # which refuses world-model flags
 
 
 def train(cwd: Path, *flags: str) -> Path:
@@ -37,7 +40,9 @@ def train(cwd: Path, *flags: str) -> Path:
 
 def hashes(folder: Path) -> dict[str, str]:
     """sha256 of every file below a folder, by relative path."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
+    }
 
 
 def refused(result: subprocess.CompletedProcess, message: str) -> None:
@@ -67,7 +72,10 @@ def test_a_script_run_in_process_exits_and_prints_as_its_process_does(tmp_path):
         (str(tmp_path / "exits.py"), []),
     ]
     for script, flags in commands:
-        in_process, process = run_script_in_process(script, *flags, cwd=tmp_path), run_script(script, *flags, cwd=tmp_path)
+        in_process, process = (
+            run_script_in_process(script, *flags, cwd=tmp_path),
+            run_script(script, *flags, cwd=tmp_path),
+        )
         assert (in_process.returncode, in_process.stdout) == (process.returncode, process.stdout), script
         assert ("Traceback" in in_process.stderr) == ("Traceback" in process.stderr), script
         if "Traceback" in process.stderr:
@@ -95,7 +103,9 @@ def test_a_run_stopped_by_sigterm_resumes_to_its_own_end_with_the_printed_comman
     assert process.returncode == 1 and "interrupted at step" in lines[-1], stderr
     python, script, *printed = re.search(r"resume with: (python \S+ --resume \S+)$", lines[-1]).group(1).split()
     assert python == "python" and script == str(ROOT / "td3_huber.py")  # the script as it was run
-    assert Path(printed[-1]).is_absolute()  # so the command works wherever it is pasted (a grid job's is its own folder)
+    assert Path(
+        printed[-1]
+    ).is_absolute()  # so the command works wherever it is pasted (a grid job's is its own folder)
     (tmp_path / "elsewhere").mkdir()
     resumed = run_script("td3_huber.py", *printed, cwd=tmp_path / "elsewhere")  # the printed command, no budget given
     assert resumed.returncode == 0, resumed.stderr
@@ -124,7 +134,9 @@ def test_a_finished_run_is_left_alone_and_a_non_finite_checkpoint_is_refused(tmp
         assert "for inspection" in result.stderr
     assert hashes(tmp_path) == before
     for _ in range(2):  # a second evaluation is written beside the first
-        assert run_script("td3_huber.py", "--evaluate", str(run_dir), "--eval-episodes", "1", cwd=tmp_path).returncode == 0
+        assert (
+            run_script("td3_huber.py", "--evaluate", str(run_dir), "--eval-episodes", "1", cwd=tmp_path).returncode == 0
+        )
     assert hashes(tmp_path).items() >= before.items()
     assert (run_dir / "evaluation.json").is_file() and (run_dir / "evaluation-2.json").is_file()
 
@@ -159,7 +171,9 @@ def test_unwritable_run_folders_are_refused_before_any_work(tmp_path, monkeypatc
 
     monkeypatch.setattr(run_bookkeeping.tempfile, "TemporaryFile", read_only)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["td3_huber.py", "--total-timesteps", "300"])  # a budget given, as on a command line
+    monkeypatch.setattr(
+        sys, "argv", ["td3_huber.py", "--total-timesteps", "300"]
+    )  # a budget given, as on a command line
     for flags in (dict(resume=str(run_dir), total_timesteps=300), dict(evaluate=str(run_dir))):
         with pytest.raises(SystemExit, match=f"cannot write to {re.escape(str(run_dir))}: Permission denied"):
             td3_huber.main(td3_huber.Args(**flags))
@@ -191,7 +205,10 @@ DISTRIBUTIONAL_MMD = ("mmd_critic", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev")
         (dict(kernel_bandwidth=1e7), "--kernel-bandwidth must be in [0.01, 1e6]: above 1e6, h^2 |x - y|^2 overflows"),
         (dict(kernel_bandwidth=1e-200), "--kernel-bandwidth must be in [0.01, 1e6]: below 0.01 the float32 kernel"),
         (dict(kernel_bandwidth=0.0099), "--kernel-bandwidth must be in [0.01, 1e6]"),
-        (dict(total_timesteps=3000), "--total-timesteps 3000 is not above --learning-starts 5000: no update would ever"),
+        (
+            dict(total_timesteps=3000),
+            "--total-timesteps 3000 is not above --learning-starts 5000: no update would ever",
+        ),
         (dict(total_timesteps=300, learning_starts=1000), "--total-timesteps 300 is not above --learning-starts 1000"),
     ],
 )
@@ -275,7 +292,9 @@ def test_world_model_flags_with_no_dyna_are_refused(flags):
 def test_a_run_started_with_flags_now_refused_still_resumes(tmp_path):
     """A checkpoint written before such flags were refused (--no-dyna with --wm-hidden-dim) resumes: on resume they are
     put back to their defaults for the check, as they changed nothing."""
-    result = run_script("td3_huber.py", *MODEL_FREE, "--total-timesteps", "200", "--eval-frequency", "100", cwd=tmp_path)
+    result = run_script(
+        "td3_huber.py", *MODEL_FREE, "--total-timesteps", "200", "--eval-frequency", "100", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
@@ -292,8 +311,14 @@ def test_a_run_started_with_flags_now_refused_still_resumes(tmp_path):
     "flags, asked",
     [
         (dict(buffer_size=10**12), "the replay buffer of --buffer-size 1000000000000 would need ~"),
-        (dict(hidden_dim=10**8), "the networks of --hidden-dim 100000000, --wm-hidden-dim 1024 with their optimizer states"),
-        (dict(num_samples=10**8), "one update's largest tensor at --batch-size 256, --num-samples 100000000 would need ~"),
+        (
+            dict(hidden_dim=10**8),
+            "the networks of --hidden-dim 100000000, --wm-hidden-dim 1024 with their optimizer states",
+        ),
+        (
+            dict(num_samples=10**8),
+            "one update's largest tensor at --batch-size 256, --num-samples 100000000 would need ~",
+        ),
     ],
 )
 def test_sizes_that_cannot_be_allocated_are_refused_before_any_work(tmp_path, monkeypatch, script, flags, asked):
@@ -377,7 +402,8 @@ def test_a_stop_between_the_run_folder_and_the_first_step_leaves_no_folder(tmp_p
         "import os, runpy, signal, sys\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
         "import run_bookkeeping\n"
-        "run_bookkeeping.on_stop_signals(run_bookkeeping.stop_while_starting)  # what a script beside it gets at import\n"
+        "run_bookkeeping.on_stop_signals(run_bookkeeping.stop_while_starting)"
+        "  # what a script beside it gets at import\n"
         "opened = run_bookkeeping.open_run\n"
         "def open_then_stop(*args, **kwargs):\n"
         "    run = opened(*args, **kwargs)\n"

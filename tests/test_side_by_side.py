@@ -1,6 +1,7 @@
 """Runs and grids side by side (issue 45): two runs started in the same second get a folder each; a grid stopped by
 SIGTERM or SIGHUP stops its job with a checkpoint and resumes it; a run that outlives its grid is never started twice
-beside itself; aggregate.py refuses a grid job folder holding two finished runs instead of counting them as two seeds."""
+beside itself; aggregate.py refuses a grid job folder holding two finished runs instead of counting them as two
+seeds."""
 
 import json
 import os
@@ -85,7 +86,9 @@ def test_two_runs_started_in_the_same_second_get_a_folder_each(tmp_path, monkeyp
             return open_run(args, *script)
 
     monkeypatch.setattr(run_bookkeeping, "open_run", open_run_in_the_same_second)
-    flags = dict(env_id="PointMass-v0", dyna=False, total_timesteps=150, learning_starts=100, hidden_dim=16, batch_size=16)
+    flags = dict(
+        env_id="PointMass-v0", dyna=False, total_timesteps=150, learning_starts=100, hidden_dim=16, batch_size=16
+    )
     for _ in range(2):  # conftest puts back the signal handlers Run.start installs
         td3_huber.main(td3_huber.Args(**flags, eval_episodes=1, contraction_frequency=0, cuda=False))
     name = f"PointMass-v0__td3_huber__1__{int(frozen)}"
@@ -94,7 +97,9 @@ def test_two_runs_started_in_the_same_second_get_a_folder_each(tmp_path, monkeyp
     for folder in folders:
         assert read_summary(folder)["eval_steps"] == [150] and (folder / "checkpoint.pt").is_file()
         assert len(list(folder.glob("events.out.tfevents.*"))) == 1
-    printed = [line.rsplit("outputs in ", 1)[1] for line in capsys.readouterr().out.splitlines() if "outputs in " in line]
+    printed = [
+        line.rsplit("outputs in ", 1)[1] for line in capsys.readouterr().out.splitlines() if "outputs in " in line
+    ]
     assert printed == [os.path.join("runs", folder.name) for folder in folders]
 
 
@@ -142,7 +147,10 @@ def test_a_submitit_local_grid_stopped_by_sigterm_stops_its_job_with_a_checkpoin
         stdout, stderr = grid.communicate(timeout=300)
         assert grid.returncode == 143, stdout + stderr
         # run_grid's one line; submitit's job controller, stopped as a terminal's Ctrl-C stops it, adds its traceback
-        assert stderr.splitlines().count("run_grid.py: interrupted by SIGTERM; re-run this command to finish the grid") == 1
+        assert (
+            stderr.splitlines().count("run_grid.py: interrupted by SIGTERM; re-run this command to finish the grid")
+            == 1
+        )
         deadline = time.time() + 120  # the run ends on its own, after the checkpoint
         while processes_in(folder) and time.time() < deadline:
             time.sleep(0.1)

@@ -42,7 +42,9 @@ def test_the_grid_reference_finds_the_direction_of_the_shift_on_the_circle():
     value, theta = slice_search.reference_grid(msmmd, x, y.expand(2, *y.shape), H, "biased", 360)
     cosine = (theta * direction).sum(-1).abs()  # theta and -theta are the same slice
     assert (cosine > math.cos(math.radians(2))).all()
-    best = slice_search.projected_mmd2(msmmd, x, y.expand(2, *y.shape), direction.expand(2, 6, 1, 2), H, "biased")[..., 0]
+    best = slice_search.projected_mmd2(msmmd, x, y.expand(2, *y.shape), direction.expand(2, 6, 1, 2), H, "biased")[
+        ..., 0
+    ]
     assert (value >= best * (1 - 1e-4)).all()  # at least the known maximum, to the grid's float32 rounding
 
 

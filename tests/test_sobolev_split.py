@@ -9,8 +9,8 @@ from helpers import error_lines, load_benchmark, only_run_dir, run_script, run_s
 sobolev_split = load_benchmark("sobolev_split")
 
 TINY = (
-    "--total-timesteps 160 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 --batch-size 16 --eval-frequency 80 "
-    "--eval-episodes 1"
+    "--total-timesteps 160 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 --batch-size 16 "
+    "--eval-frequency 80 --eval-episodes 1"
 ).split()
 DISTRIBUTIONAL = ["--num-samples", "4", "--num-samples-policy", "3", "--noise-dim", "8"]
 TINY_FLAGS = {

@@ -100,7 +100,9 @@ def test_the_critic_update_uses_the_td_loss_flag(tmp_path, monkeypatch, td_loss)
 
     monkeypatch.setattr(td3_huber, "critic_loss", recorded)
     monkeypatch.chdir(tmp_path)
-    args = Args(env_id="PointMass-v0", dyna=False, total_timesteps=120, learning_starts=100, hidden_dim=16, batch_size=16)
+    args = Args(
+        env_id="PointMass-v0", dyna=False, total_timesteps=120, learning_starts=100, hidden_dim=16, batch_size=16
+    )
     td3_huber.main(dataclasses.replace(args, updates_per_step=1, eval_frequency=120, eval_episodes=1, td_loss=td_loss))
     assert len(seen) >= 20 and set(seen) == {(td_loss,)}  # 20 steps of 1 update (and the CPU note's priced one)
     assert read_summary(only_run_dir(tmp_path))["args"]["td_loss"] == td_loss
@@ -121,20 +123,25 @@ def test_running_normaliser_matches_numpy():
 # WORLD MODEL
 def test_world_model_normaliser_tracks_states_actions_deltas_and_rewards():
     """One running normaliser over (s, a, s' - s, r), fed one transition at a time as the training loop does: its
-    statistics are each quantity's, the conditioning input uses the (s, a) part, samples map back with the (ds, r) part."""
+    statistics are each quantity's, the conditioning input uses the (s, a) part, samples map back with the (ds, r)
+    part."""
     rng = np.random.default_rng(0)
     obs, actions = rng.normal(2.0, 3.0, (300, 2)), rng.uniform(-1.0, 1.0, (300, 1))
     next_obs, rewards = obs + rng.normal(0.5, 0.1, (300, 2)), rng.normal(-1.0, 4.0, (300, 1))
     model = WorldModel(obs_dim=2, act_dim=1, hidden_dim=8)
     for row in range(300):
-        model.update_normaliser(*(torch.as_tensor(x[row], dtype=torch.float32) for x in (obs, actions, rewards, next_obs)))
+        model.update_normaliser(
+            *(torch.as_tensor(x[row], dtype=torch.float32) for x in (obs, actions, rewards, next_obs))
+        )
     transitions = np.concatenate([obs, actions, next_obs - obs, rewards], 1)  # (300, 6)
     mean, std = transitions.mean(0), transitions.std(0)
     np.testing.assert_allclose(model.normaliser.mean.numpy(), mean, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(model.normaliser.std.numpy(), std, rtol=1e-5)
 
     s, a = torch.tensor([[1.0, -2.0]]), torch.tensor([[0.3]])
-    np.testing.assert_allclose(model.condition(s, a)[0].numpy(), (np.array([1.0, -2.0, 0.3]) - mean[:3]) / std[:3], rtol=1e-5)
+    np.testing.assert_allclose(
+        model.condition(s, a)[0].numpy(), (np.array([1.0, -2.0, 0.3]) - mean[:3]) / std[:3], rtol=1e-5
+    )
     with torch.no_grad():  # the decoder outputs 1 in normalised coordinates: one std above the mean of (ds, r)
         model.decoder.out.weight.zero_()
         model.decoder.out.bias.fill_(1.0)
@@ -228,7 +235,8 @@ def test_pointmass_run_logs_the_cleanrl_tags_and_writes_a_summary(tmp_path):
 def test_model_free_mujoco_run_with_both_noises(tmp_path):
     result = run_script(
         *(
-            "td3_huber.py --env-id Hopper-v4 --no-dyna --obs-noise mult --dyn-noise gauss --total-timesteps 400 --save-model"
+            "td3_huber.py --env-id Hopper-v4 --no-dyna --obs-noise mult --dyn-noise gauss --total-timesteps 400 "
+            "--save-model"
         ).split(),
         *" ".join(TINY).replace(" --wm-hidden-dim 32", "").split(),  # --no-dyna refuses world-model flags
         cwd=tmp_path,
@@ -341,7 +349,15 @@ def test_bad_choice_gets_a_usage_error(tmp_path):
 @pytest.mark.slow
 def test_non_finite_loss_stops_with_a_checkpoint(tmp_path):
     result = run_script(
-        "td3_huber.py", "--env-id", "PointMass-v0", "--total-timesteps", "600", "--learning-rate", "1e30", *TINY, cwd=tmp_path
+        "td3_huber.py",
+        "--env-id",
+        "PointMass-v0",
+        "--total-timesteps",
+        "600",
+        "--learning-rate",
+        "1e30",
+        *TINY,
+        cwd=tmp_path,
     )
     assert result.returncode == 1
     lines = error_lines(result)

@@ -1,4 +1,5 @@
-"""benchmarks/timing.py end to end at tiny sizes: it times scripts by difference, counts their FLOPs and writes the table."""
+"""benchmarks/timing.py end to end at tiny sizes: it times scripts by difference, counts their FLOPs and writes the
+table."""
 
 import importlib
 import json
@@ -81,7 +82,9 @@ def test_op_count_counts_an_iteration_by_difference(tmp_path):
     result = run_script(
         "benchmarks/investigations/op_count.py",
         *"--env-id PointMass-v0 --learning-starts 40 --iterations 2 --scripts td3_huber".split(),
-        *"td3_huber@updates_per_step=2 --script-flags updates_per_step=1 hidden_dim=8 wm_hidden_dim=8 batch_size=16".split(),
+        *(
+            "td3_huber@updates_per_step=2 --script-flags updates_per_step=1 hidden_dim=8 wm_hidden_dim=8 batch_size=16"
+        ).split(),
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
@@ -91,7 +94,9 @@ def test_op_count_counts_an_iteration_by_difference(tmp_path):
 
 
 timing = load_benchmark("timing")
-TINY_TIMING = dict(env_id="PointMass-v0", script_flags=["hidden_dim=8", "wm_hidden_dim=8", "batch_size=16"], seconds=0.2)
+TINY_TIMING = dict(
+    env_id="PointMass-v0", script_flags=["hidden_dim=8", "wm_hidden_dim=8", "batch_size=16"], seconds=0.2
+)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +110,10 @@ TINY_TIMING = dict(env_id="PointMass-v0", script_flags=["hidden_dim=8", "wm_hidd
         (dict(threads=0), "--threads must be >= 1 (got 0)"),
         (dict(out="no/such/folder/timing.json"), "--out no/such/folder/timing.json: cannot write there (No such file"),
         (dict(scripts=["td3_huber@hidden_dim=0"]), "td3_huber@hidden_dim=0: hidden dims must be >= 1"),
-        (dict(scripts=["td3_huber@buffer_size=1000000000000"]), "td3_huber@buffer_size=1000000000000: the replay buffer"),
+        (
+            dict(scripts=["td3_huber@buffer_size=1000000000000"]),
+            "td3_huber@buffer_size=1000000000000: the replay buffer",
+        ),
     ],
 )
 def test_bad_flags_are_one_line_before_any_work(monkeypatch, settings, message):
@@ -183,10 +191,14 @@ def test_an_interrupted_table_keeps_the_scripts_it_finished(tmp_path, monkeypatc
 def test_a_compiled_entry_says_it_is_compiling_before_its_first_run(monkeypatch, capsys):
     """timing.py --scripts "...@compile=true" says so before the first (compiling) run, not after minutes of silence;
     an eager entry does not."""
-    args = timing.Args(**{**TINY_TIMING, "scripts": ["dsdpg_msmmd_sobolev@compile=true", "td3_huber"], "breakdown": False})
+    args = timing.Args(
+        **{**TINY_TIMING, "scripts": ["dsdpg_msmmd_sobolev@compile=true", "td3_huber"], "breakdown": False}
+    )
     entries = timing.check_args(args)
     said_before_first_run = []
-    monkeypatch.setattr(timing, "timed_iterations", lambda *a: said_before_first_run.append(capsys.readouterr().err) or 5)
+    monkeypatch.setattr(
+        timing, "timed_iterations", lambda *a: said_before_first_run.append(capsys.readouterr().err) or 5
+    )
     monkeypatch.setattr(timing, "run", lambda module, args, steps, variant: float(steps))
     monkeypatch.setattr(timing, "flops_per_iteration", lambda *a: 1e9)
     timing.measure(args, entries, [])

@@ -401,6 +401,8 @@ def test_interruption_saves_the_finished_trainings(tmp_path, monkeypatch, capsys
     ]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["interrupted"] is True
-    assert {regime: list(variants) for regime, variants in summary["results"].items()} == {"unlimited": ["mmd_sobolev", "mmd"]}
+    assert {regime: list(variants) for regime, variants in summary["results"].items()} == {
+        "unlimited": ["mmd_sobolev", "mmd"]
+    }
     assert summary["results"]["unlimited"]["mmd"]["history"]["step"] == [0, 20, 40]
     assert not list(tmp_path.glob("*.png"))

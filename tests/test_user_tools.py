@@ -44,7 +44,12 @@ TINY = [
 
 def train(cwd: Path, *flags: str, script: str = "td3_huber.py", env: dict | None = None) -> Path:
     result = subprocess.run(
-        [sys.executable, str(ROOT / script), *TINY, *flags], cwd=cwd, capture_output=True, text=True, timeout=600, env=env
+        [sys.executable, str(ROOT / script), *TINY, *flags],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
     assert result.returncode == 0, result.stderr
     return only_run_dir(cwd)
@@ -62,7 +67,9 @@ def video_frames(path: Path) -> tuple[int, tuple[int, ...]]:
 @pytest.mark.slow
 def test_track_writes_an_offline_wandb_run_with_the_eval_curve_and_videos(tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    run_dir = train(tmp_path, "--total-timesteps", "300", "--eval-frequency", "150", "--track", "--capture-video", env=env)
+    run_dir = train(
+        tmp_path, "--total-timesteps", "300", "--eval-frequency", "150", "--track", "--capture-video", env=env
+    )
     (run_file,) = (tmp_path / "runs" / "wandb").glob(f"offline-run-*-{run_dir.name}/run-{run_dir.name}.wandb")
     history, config = read_wandb_run(run_file)
     evals = [(row["global_step"], row["eval/episodic_return"]) for row in history if "eval/episodic_return" in row]
@@ -119,7 +126,9 @@ def test_capture_video_renders_mujoco_headless(tmp_path):
 @pytest.mark.slow
 def test_evaluate_reproduces_the_final_evaluation_and_refuses_other_models(tmp_path):
     run_dir = train(tmp_path, "--total-timesteps", "250", "--eval-frequency", "250", "--save-model")
-    result = run_script("td3_huber.py", "--evaluate", str(run_dir), "--eval-episodes", "2", "--capture-video", cwd=tmp_path)
+    result = run_script(
+        "td3_huber.py", "--evaluate", str(run_dir), "--eval-episodes", "2", "--capture-video", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     evaluation = json.loads((run_dir / "evaluation.json").read_text())
     assert evaluation["model"].endswith("model.pt") and evaluation["episodes"] == 2
@@ -141,7 +150,9 @@ def test_evaluate_under_noise_flags_given_says_so_and_records_it(tmp_path):
     """--evaluate RUN --obs-noise mult on a run trained without noise evaluates under the noise (one line says so) and
     evaluation.json records both; without noise flags it evaluates under the run's own settings (no line)."""
     run_dir = train(tmp_path, "--total-timesteps", "250", "--eval-frequency", "250", "--save-model")
-    noisy = run_script("td3_huber.py", "--evaluate", str(run_dir), "--eval-episodes", "3", "--obs-noise", "mult", cwd=tmp_path)
+    noisy = run_script(
+        "td3_huber.py", "--evaluate", str(run_dir), "--eval-episodes", "3", "--obs-noise", "mult", cwd=tmp_path
+    )
     assert noisy.returncode == 0, noisy.stderr
     assert "evaluating under the noise given: --obs-noise mult (trained: none)" in noisy.stderr
     evaluation = json.loads((run_dir / "evaluation.json").read_text())
@@ -270,7 +281,9 @@ def test_the_cpu_note_suggests_the_same_algorithm_at_the_readmes_cpu_sizes(scrip
     module = importlib.import_module(script)
     args = tyro.cli(module.Args, args=flags.split())
     command = run_bookkeeping.cpu_sized_command(args, f"{script}.py")
-    assert command.startswith(f"python {script}.py --env-id PointMass-v0 --total-timesteps 15000 --learning-starts 1000 ")
+    assert command.startswith(
+        f"python {script}.py --env-id PointMass-v0 --total-timesteps 15000 --learning-starts 1000 "
+    )
     assert "--hidden-dim 64" in command and "--batch-size 64" in command and "--updates-per-step 1 " in command
     assert all(word in command for word in carried) and not any(word in command for word in absent), command
     suggested = tyro.cli(module.Args, args=command.split()[2:])
@@ -288,7 +301,9 @@ def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(
     ]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     drawn, shown = "", 0
-    while shown < 305 or "\n" not in drawn.partition("note: ")[2]:  # the note, priced at steps 200-300: 3M steps are hours
+    while (
+        shown < 305 or "\n" not in drawn.partition("note: ")[2]
+    ):  # the note, priced at steps 200-300: 3M steps are hours
         character = process.stderr.read(1)
         assert character, drawn  # the run ended before it got there
         drawn += character
@@ -297,7 +312,8 @@ def test_sigterm_checkpoints_like_ctrl_c_and_the_cpu_note_names_a_cpu_sized_run(
             assert shown < 3000, drawn  # no note by then: a machine this fast prices 3M steps under the hour
     note = "note: " + drawn.partition("note: ")[2].partition("\n")[0]
     assert re.match(
-        r"note: a learning step takes \d+\.\d\d s on this CPU \(--updates-per-step 1\), so the 29997\d\d steps left", note
+        r"note: a learning step takes \d+\.\d\d s on this CPU \(--updates-per-step 1\), so the 29997\d\d steps left",
+        note,
     )
     assert "python td3_huber.py --env-id PointMass-v0 --total-timesteps 15000" in note, note
     process.send_signal(signal.SIGTERM)

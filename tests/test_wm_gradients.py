@@ -88,8 +88,8 @@ def test_a_run_it_cannot_measure_is_refused_in_one_line_before_the_rollout(tmp_p
     result = run_script_in_process("benchmarks/wm_gradients.py", ".", "--probes", "2", cwd=tmp_path)
     assert result.returncode == 1 and result.stdout == ""
     assert error_lines(result) == [
-        "wm_gradients.py: error: the run's env PointMass-v0 is not a MuJoCo task: this tool compares the world model with"
-        " finite differences of MuJoCo's simulator, its state set back before each perturbed step"
+        "wm_gradients.py: error: the run's env PointMass-v0 is not a MuJoCo task: this tool compares the world model"
+        " with finite differences of MuJoCo's simulator, its state set back before each perturbed step"
     ]
     result = run_script_in_process("benchmarks/wm_gradients.py", ".", "--out", "no/such/folder/wm.json", cwd=tmp_path)
     assert result.returncode == 1 and result.stdout == ""
@@ -101,5 +101,7 @@ def test_a_run_it_cannot_measure_is_refused_in_one_line_before_the_rollout(tmp_p
     assert result.returncode == 1 and result.stdout == ""
     assert error_lines(result) == ["wm_gradients.py: error: cannot read './checkpoint.pt' (UnpicklingError)"]
     result = run_script_in_process("benchmarks/wm_gradients.py", ".", "--out", ".", cwd=tmp_path)
-    assert result.returncode == 1 and error_lines(result) == ["wm_gradients.py: error: --out .: cannot write there (a folder)"]
+    assert result.returncode == 1 and error_lines(result) == [
+        "wm_gradients.py: error: --out .: cannot write there (a folder)"
+    ]
     assert [path.name for path in tmp_path.iterdir()] == ["checkpoint.pt"]

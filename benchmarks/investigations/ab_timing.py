@@ -2,11 +2,13 @@
 `git worktree` of an older commit) against this checkout's, run alternately so both see the same machine.
 
 An iteration's time is measured as in timing.py: the script's main() to --learning-starts + 1 steps (the first
-iteration with updates) and to --learning-starts + 1 + K steps from the same seed, (T(start + 1 + K) - T(start + 1)) / K.
+iteration with updates) and to --learning-starts + 1 + K steps from the same seed,
+(T(start + 1 + K) - T(start + 1)) / K.
 
 Usage:
     git worktree add /tmp/before 4d3c251
-    OMP_NUM_THREADS=1 python benchmarks/investigations/ab_timing.py /tmp/before --script dsdpg_mmd_sobolev --env-id Hopper-v4
+    OMP_NUM_THREADS=1 python benchmarks/investigations/ab_timing.py /tmp/before --script dsdpg_mmd_sobolev \
+        --env-id Hopper-v4
 """
 
 import importlib.util
@@ -40,7 +42,9 @@ class Args:
 
 def load(checkout: str, name: str):
     """The module `name` from `checkout` under a name of its own, importing its siblings from there."""
-    spec = importlib.util.spec_from_file_location(f"{name}__{abs(hash(checkout))}", os.path.join(checkout, f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(
+        f"{name}__{abs(hash(checkout))}", os.path.join(checkout, f"{name}.py")
+    )
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, checkout)
     try:

@@ -80,18 +80,23 @@ def probe_run(checkpoint_path: str) -> dict[str, dict[str, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("grid_dir", help="a run_grid.py grid dir with point-mass runs of td3_huber / mage_huber_sobolev")
+    parser.add_argument(
+        "grid_dir", help="a run_grid.py grid dir with point-mass runs of td3_huber / mage_huber_sobolev"
+    )
     parser.add_argument("--out", help="also write the Markdown table here")
     parser.add_argument("--seed", type=int, default=0, help="torch seed of the world-model draws")
     cli = parser.parse_args()
     torch.manual_seed(cli.seed)
     lines = [
-        "| run | M | row kind | rows | flag error | flag wrong (> 0.5) | position error | value error | value bias | mean V(s') |",
+        "| run | M | row kind | rows | flag error | flag wrong (> 0.5) | position error | value error | value bias | "
+        "mean V(s') |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for exp_name in SCRIPTS:
         for path in sorted(
-            glob.glob(os.path.join(cli.grid_dir, exp_name, "PointMass*", "default", "seed*", "runs", "*", "checkpoint.pt"))
+            glob.glob(
+                os.path.join(cli.grid_dir, exp_name, "PointMass*", "default", "seed*", "runs", "*", "checkpoint.pt")
+            )
         ):
             if not os.path.exists(os.path.join(os.path.dirname(path), "summary.json")):
                 continue  # an unfinished run

@@ -6,8 +6,8 @@ change patched in from outside (the script is not edited), then its own `main`:
     --dyna-reward says (the default `replay`: the row's r with its d).
 
 Where the flags are the only part of s'^ the model gets wrong (benchmarks/investigations/dyna_flag_probe.py), this run
-sits between TD3 with Dyna (model s'^) and TD3 --no-dyna (real s'). The run's --exp-name is td3_huber_oracle_flags unless
-given.
+sits between TD3 with Dyna (model s'^) and TD3 --no-dyna (real s'). The run's --exp-name is td3_huber_oracle_flags
+unless given.
 
 Usage (the toy grid's flags, benchmarks/toy_rl5/toy_rl5.sh):
     OMP_NUM_THREADS=1 python benchmarks/investigations/dyna_oracle_flags.py --env-id PointMass-v0 --seed 1 \\
@@ -36,7 +36,9 @@ class OracleFlags:
     def __init__(self, world_model: torch.nn.Module, next_obs: torch.Tensor):
         self.world_model, self.next_obs = world_model, next_obs
 
-    def sample(self, obs: torch.Tensor, actions: torch.Tensor, n: int, *rest, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, obs: torch.Tensor, actions: torch.Tensor, n: int, *rest, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         next_obs, rewards = self.world_model.sample(obs, actions, n, *rest, **kwargs)  # (B, n, S), (B, n)
         real_flags = self.next_obs[:, None, FLAGS].expand(-1, n, -1)  # (B, n, M)
         return torch.cat([next_obs[..., : FLAGS.start], real_flags], -1), rewards

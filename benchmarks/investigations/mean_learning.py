@@ -246,7 +246,14 @@ def loss_fn(spec: dict, args: Args, predictions: torch.Tensor, targets: torch.Te
     if kind in ("msmmd_adam", "msmmd_ascent"):
         initial_theta = torch.randn(predictions.shape[0], predictions.shape[1], targets.shape[-1])
         loss, _ = max_sliced_mmd2(
-            predictions, targets, h, args.slice_steps, args.slice_lr, spec["estimator"], initial_theta, kind.split("_")[1]
+            predictions,
+            targets,
+            h,
+            args.slice_steps,
+            args.slice_lr,
+            spec["estimator"],
+            initial_theta,
+            kind.split("_")[1],
         )
         return loss.mean(1).sum()
     if kind == "return_only":
@@ -388,7 +395,15 @@ def main(args: Args) -> None:
             if "region_mean_error" in result["curve"]:
                 line += f", region {result['region_mean_error_updates_to_threshold']}"
             line += "; final"
-            for metric in ("mean_error", "bias", "grad_error", "spread", "region_mean_error", "region_bias", "region_spread"):
+            for metric in (
+                "mean_error",
+                "bias",
+                "grad_error",
+                "spread",
+                "region_mean_error",
+                "region_bias",
+                "region_spread",
+            ):
                 if f"final_{metric}" in result:
                     line += f" {metric} {result[f'final_{metric}']:+.3f}"
             line += f"; return share {result['mean_return_share']:.2f}, {result['train_time_s']:.0f} s"

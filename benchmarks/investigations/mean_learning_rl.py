@@ -85,7 +85,9 @@ def patch_diagnose() -> None:
                         "bonus_pred_spread": z[bonus].std(-1).mean().item() if bonus.any() else None,
                         "pred_grad_norm": predictions[0, ..., 1:].detach().norm(dim=-1).mean().item(),
                         "target_grad_norm": targets[..., 1:].norm(dim=-1).mean().item(),
-                        "bonus_target_grad_norm": targets[bonus][..., 1:].norm(dim=-1).mean().item() if bonus.any() else None,
+                        "bonus_target_grad_norm": targets[bonus][..., 1:].norm(dim=-1).mean().item()
+                        if bonus.any()
+                        else None,
                     }
                 )
                 + "\n"

@@ -120,7 +120,10 @@ def ordered(scripts) -> list[str]:
 
 
 def page_table(table: dict[tuple[str, str], dict]) -> str:
-    lines = ["| task | method | seeds | final return, median [95 % CI] | nAUC, median [95 % CI] |", "|---|---|---|---|---|"]
+    lines = [
+        "| task | method | seeds | final return, median [95 % CI] | nAUC, median [95 % CI] |",
+        "|---|---|---|---|---|",
+    ]
     for env in TASKS:
         for index, script in enumerate(ordered(s for e, s in table if e == env)):
             row = table[env, script]
@@ -177,7 +180,9 @@ def main(args: Args) -> None:
         print(f"The {what}'s table ({os.path.relpath(path)}):\n\n{text}\n")
     if args.write:
         old = {path: open(path).read() for _, path, _ in made}
-        new = {path: replace_table(old[path], text, os.path.relpath(path)) for _, path, text in made}  # both found first
+        new = {
+            path: replace_table(old[path], text, os.path.relpath(path)) for _, path, text in made
+        }  # both found first
         for path in new:
             if new[path] != old[path]:
                 with open(path, "w") as file:

@@ -127,8 +127,11 @@ def capture(path: str, batches: int) -> tuple:
     return module, built, step, captured
 
 
-def projected_mmd2(module, x: torch.Tensor, y: torch.Tensor, theta: torch.Tensor, h: float, estimator: str) -> torch.Tensor:
-    """MMD^2 of the projections on theta (..., R, d) of x (..., n, d) and y (..., m, d), for R directions -> (..., R)."""
+def projected_mmd2(
+    module, x: torch.Tensor, y: torch.Tensor, theta: torch.Tensor, h: float, estimator: str
+) -> torch.Tensor:
+    """MMD^2 of the projections on theta (..., R, d) of x (..., n, d) and y (..., m, d), for R directions ->
+    (..., R)."""
     px = (x.unsqueeze(-3) @ theta.unsqueeze(-1)).squeeze(-1)  # (..., R, n)
     py = (y.unsqueeze(-3) @ theta.unsqueeze(-1)).squeeze(-1)
     return module.mmd2(px.unsqueeze(-1), py.unsqueeze(-1), h, estimator)
@@ -241,7 +244,8 @@ def measure_checkpoint(args: Args, name: str) -> dict:
         reference, how = torch.maximum(grid_value, restart_value), "grid + restarts"
     with torch.no_grad():
         values = {
-            key: projected_mmd2(module, x, yb, theta.unsqueeze(-2), h, estimator)[..., 0] for key, theta in finals.items()
+            key: projected_mmd2(module, x, yb, theta.unsqueeze(-2), h, estimator)[..., 0]
+            for key, theta in finals.items()
         }
         initial = projected_mmd2(module, x, yb, F.normalize(start, dim=-1).unsqueeze(-2), h, estimator)[..., 0]
     for value in values.values():
@@ -264,7 +268,12 @@ def measure_checkpoint(args: Args, name: str) -> dict:
         cosine = (theta * start_unit).sum(-1).clamp(-1, 1)
         angle = torch.rad2deg(torch.acos(cosine))
         rows.append(
-            {"search": search, "steps": steps, **fractions(values[search, steps]), "angle_median_deg": float(angle.median())}
+            {
+                "search": search,
+                "steps": steps,
+                **fractions(values[search, steps]),
+                "angle_median_deg": float(angle.median()),
+            }
         )
     result = {
         "checkpoint": name,
@@ -286,7 +295,8 @@ def measure_checkpoint(args: Args, name: str) -> dict:
     for row in rows:
         print(
             f"  {row['search']:12s} {row['steps']:4d} steps: batch {row['batch_mean_fraction']:.3f}, median pair "
-            f"{row['pair_median_fraction']:.3f}, p10 {row['pair_p10_fraction']:.3f}, angle {row['angle_median_deg']:.1f} deg",
+            f"{row['pair_median_fraction']:.3f}, p10 {row['pair_p10_fraction']:.3f}, angle "
+            f"{row['angle_median_deg']:.1f} deg",
             flush=True,
         )
     return result
@@ -304,7 +314,9 @@ def time_searches(args: Args, module, built: dict, one_update: tuple) -> dict:
     for mode in ("eager", "compile"):
         if mode == "compile":
             torch._dynamo.reset()  # each checkpoint compiles afresh (dynamo's recompile limit counts across them)
-            torch._dynamo.config.recompile_limit = 64  # both optimizers, the first chunk's aliased (w, theta) and the rest
+            torch._dynamo.config.recompile_limit = (
+                64  # both optimizers, the first chunk's aliased (w, theta) and the rest
+            )
             module.slicing_steps = torch.compile(eager_steps, fullgraph=True, dynamic=False)
         for optimizer in optimizers:
             for steps in args.steps:
@@ -348,7 +360,8 @@ def summary_table(results: list[dict]) -> str:
             f"**{task}**, {len(group)} checkpoints ({names}); fraction of the reference's batch-mean MMD^2, median "
             "[min, max] over the checkpoints:",
             "",
-            "| search | steps | batch-mean fraction | pair median | pair 10th pct | angle turned (deg) | ms / update, compiled (eager) |",
+            "| search | steps | batch-mean fraction | pair median | pair 10th pct | angle turned (deg) "
+            "| ms / update, compiled (eager) |",
             "|---|---:|---|---:|---:|---:|---:|",
         ]
         start = [r["random_start"]["batch_mean_fraction"] for r in group]
@@ -364,7 +377,8 @@ def summary_table(results: list[dict]) -> str:
                 eager = np.median([t["search"][f"eager:{optimizer}:{row['steps']}"] for t in timing]) * 1e3
                 cost = f"{compiled:.1f} ({eager:.1f})"
             lines.append(
-                f"| {row['search'].replace(':', ' lr ')} | {row['steps']} | {stat([p['batch_mean_fraction'] for p in picked])} "
+                f"| {row['search'].replace(':', ' lr ')} | {row['steps']} "
+                f"| {stat([p['batch_mean_fraction'] for p in picked])} "
                 f"| {np.median([p['pair_median_fraction'] for p in picked]):.3f} "
                 f"| {np.median([p['pair_p10_fraction'] for p in picked]):.3f} "
                 f"| {np.median([p['angle_median_deg'] for p in picked]):.1f} | {cost} |"
@@ -374,7 +388,8 @@ def summary_table(results: list[dict]) -> str:
             compiled = np.median([t["update"]["compile"] for t in timing]) * 1e3
             eager = np.median([t["update"]["eager"] for t in timing]) * 1e3
             lines.append(
-                f"| the whole critic update (the run's search, Adam 100 steps) | | | | | | {compiled:.1f} ({eager:.1f}) |"
+                "| the whole critic update (the run's search, Adam 100 steps) | | | | | "
+                f"| {compiled:.1f} ({eager:.1f}) |"
             )
         lines.append("")
     return "\n".join(lines)
@@ -394,7 +409,9 @@ def page_table(results: list[dict]) -> str:
     """The page's table: the random start, the paper's search, Algorithm 1's, and the chosen one with its neighbours;
     per task the batch-mean fraction (median [min, max] over the checkpoints) and the compiled cost per update."""
     tasks = [("IDP", "idp"), ("HalfCheetah", "hc")]
-    header = ["search"] + [f"{t}: fraction of the reference" for t, _ in tasks] + [f"{t}: ms / update" for t, _ in tasks]
+    header = (
+        ["search"] + [f"{t}: fraction of the reference" for t, _ in tasks] + [f"{t}: ms / update" for t, _ in tasks]
+    )
     lines = ["| " + " | ".join(header) + " |", "|---|---|---|---:|---:|"]
     groups = [[r for r in results if r["checkpoint"].startswith(prefix)] for _, prefix in tasks]
     start = [stat([r["random_start"]["batch_mean_fraction"] for r in g]) if g else "-" for g in groups]
@@ -436,7 +453,9 @@ def plot(results: list[dict], path: str) -> None:
             medians = [
                 np.median(
                     [
-                        next(s for s in r["searches"] if (s["search"], s["steps"]) == (search, t))["batch_mean_fraction"]
+                        next(s for s in r["searches"] if (s["search"], s["steps"]) == (search, t))[
+                            "batch_mean_fraction"
+                        ]
                         for r in group
                     ]
                 )
