@@ -4,7 +4,7 @@
 # replay`), plus `td3_huber --no-dyna` and DSDPG-MSMMD with the paper's plain-ascent slicing (`--slice-optimizer
 # ascent`), each method under its own --exp-name, 5 seeds (the paper's count): 80 runs. Then the default itself tested:
 # TD3 (Dyna) and MAGE with the paper-literal `--dyna-reward model` (20 more runs).
-# Sizes: those of benchmarks/archive/toy_rl/toy_rl.sh (actor and critics 2 x 64, cVAE 3 x 64, batch 64, lr 1e-3,
+# Sizes: those of ccc44a6:benchmarks/archive/toy_rl/toy_rl.sh (actor and critics 2 x 64, cVAE 3 x 64, batch 64, lr 1e-3,
 # 15 000 steps, eval every 1 000 over 20 episodes, TQC 5 %) with 2 critic updates per env step instead of 1: the
 # paper's 10 would cost ~10 x the 1-update grid's 3.7 CPU-hours per 36 runs; 2 kept all 100 runs at 14.8 CPU-hours
 # (measured; about 7.5 hours of this 2-core machine).
