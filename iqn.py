@@ -375,9 +375,9 @@ class WorldModel(nn.Module):
 
 def make_world_model(kind: str, obs_dim: int, act_dim: int, hidden_dim: int | None) -> WorldModel:
     """The world model of --world-model, at the paper's width (cVAE 1024, flow 512) unless --wm-hidden-dim is given;
-    the flow (flag_extras.py) has the cVAE's interface."""
+    the flow (flow_world_model.py) has the cVAE's interface."""
     if kind == "flow":
-        from flag_extras import FlowWorldModel
+        from flow_world_model import FlowWorldModel
 
         normaliser = RunningNormaliser(2 * obs_dim + act_dim + 1)
         return FlowWorldModel(obs_dim, act_dim, 512 if hidden_dim is None else hidden_dim, normaliser)

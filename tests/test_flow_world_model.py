@@ -6,7 +6,7 @@ import torch
 from helpers import only_run_dir, read_scalars, run_script
 
 from dsdpg_mmd_sobolev import make_world_model
-from flag_extras import FlowWorldModel
+from flow_world_model import FlowWorldModel
 
 
 def perturbed_flow(obs_dim: int, act_dim: int, seed: int = 0) -> FlowWorldModel:

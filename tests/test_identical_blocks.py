@@ -64,10 +64,10 @@ def test_shared_blocks_are_identical_in_every_copy(name):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_no_script_defines_again_what_the_shared_modules_hold(script):
     shared = set()
-    for module in ("replay_buffer", "run_bookkeeping"):
+    for module in ("replay_buffer", "run_bookkeeping", "flag_extras", "flow_world_model"):
         tree = ast.parse((ROOT / f"{module}.py").read_text())
         shared |= {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
-    assert {"Run", "open_run", "save_checkpoint", "ReplayBuffer", "evaluate"} <= shared
+    assert {"Run", "open_run", "save_checkpoint", "ReplayBuffer", "evaluate", "FlowWorldModel", "CudaGraphStep"} <= shared
     assert not shared & top_level_blocks(script).keys()
 
 
@@ -83,7 +83,7 @@ def test_the_check_fails_on_a_changed_copy(tmp_path, monkeypatch):
         test_shared_blocks_are_identical_in_every_copy("RunningNormaliser")
 
 
-LIBRARY = ["run_bookkeeping", "flag_extras", "replay_buffer", "noise_wrappers", "pointmass_env"]
+LIBRARY = ["run_bookkeeping", "flag_extras", "flow_world_model", "replay_buffer", "noise_wrappers", "pointmass_env"]
 
 
 def project_imports(module: str) -> set[str]:
@@ -99,12 +99,12 @@ def project_imports(module: str) -> set[str]:
 
 def test_the_library_never_calls_back_into_a_script():
     """Imports go one way, lazy ones included: scripts import the library modules, a library module imports no script
-    and no module that imports it back (flag_extras imports no project module; run_bookkeeping imports flag_extras
-    under its flags); no script hands its own module (`sys.modules[__name__]`) to the library."""
+    and no module that imports it back (flag_extras and flow_world_model import no project module; run_bookkeeping
+    imports flag_extras under its flags); no script hands its own module (`sys.modules[__name__]`) to the library."""
     graph = {module: project_imports(module) for module in LIBRARY + SCRIPTS}
     for module in LIBRARY:
         assert not graph[module] & set(SCRIPTS), (module, graph[module])
-    assert graph["flag_extras"] == set() and graph["run_bookkeeping"] == {"flag_extras"}
+    assert graph["flag_extras"] == graph["flow_world_model"] == set() and graph["run_bookkeeping"] == {"flag_extras"}
 
     def reaches(start: str, goal: str, seen: frozenset = frozenset()) -> bool:
         return any(nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})) for nxt in graph[start])
