@@ -5,6 +5,7 @@ CUDA-graph capture (`--cudagraphs`, on a GPU), W&B (`--track`), video (`--captur
 --capture-video, the scripts under the other flags. (The flow world model, an algorithm's part, is flow_world_model.py.)
 """
 
+import contextlib
 import glob
 import os
 import warnings
@@ -81,24 +82,36 @@ def log_eval_video(wandb: ModuleType, run_dir: str, step: int) -> None:
     wandb.log({"videos/eval": wandb.Video(videos[0], format="mp4")})
 
 
-def make_video_env(args, make_env: Callable, video_dir: str) -> gym.Env:
-    """The evaluation env in gymnasium's RecordVideo, filming the first of every `eval_episodes` episodes. MuJoCo
-    renders headless with MUJOCO_GL (egl unless set, then osmesa); a backend that cannot render is refused."""
+def headless_rendering(env_id: str) -> None:
+    """For a MuJoCo env, pick MuJoCo's headless GL backend before the envs are made: MUJOCO_GL if set, else egl, else
+    osmesa, the first with which `env_id` renders a frame here; a ValueError names why none does."""
+    spec = gym.registry.get(env_id)
+    if spec is None or "mujoco" not in str(spec.entry_point):
+        return
     errors = []
     for backend in [os.environ["MUJOCO_GL"]] if "MUJOCO_GL" in os.environ else ["egl", "osmesa"]:
         os.environ["MUJOCO_GL"] = backend
-        env = make_env(args, render_mode="rgb_array")
         try:
-            env.reset(seed=0)
-            env.render()
-            warnings.filterwarnings("ignore", ".*Overwriting existing videos")  # file names are unique but for reruns
-            return gym.wrappers.RecordVideo(
-                env, video_dir, episode_trigger=lambda episode: episode % args.eval_episodes == 0, disable_logger=True
-            )
+            with contextlib.closing(gym.make(env_id, render_mode="rgb_array")) as env:
+                env.reset(seed=0)
+                env.render()
+            return
         except Exception as error:  # a missing GL library surfaces as anything from ImportError to AttributeError
             errors.append(f"MUJOCO_GL={backend}: {type(error).__name__}: {' '.join(str(error).split())}")
-            env.close()
     raise ValueError(f"--capture-video: cannot render ({'; '.join(errors)}); see the README's 'Tracking and videos'")
+
+
+def record_video(env: gym.Env, video_dir: str, episodes_per_evaluation: int, prefix: str = "rl-video") -> gym.Env:
+    """`env` (made with render_mode "rgb_array") in gymnasium's RecordVideo, filming the first episode of every
+    evaluation (of `episodes_per_evaluation` episodes) into `video_dir`, file names starting with `prefix`."""
+    warnings.filterwarnings("ignore", ".*Overwriting existing videos")  # file names are unique but for reruns
+    return gym.wrappers.RecordVideo(
+        env,
+        video_dir,
+        episode_trigger=lambda episode: episode % episodes_per_evaluation == 0,
+        name_prefix=prefix,
+        disable_logger=True,
+    )
 
 
 # COMPILATION (--compile)

@@ -157,19 +157,7 @@ def check_args(args: Args) -> None:
 def make_env(args: Args, render_mode: str | None = None) -> gym.Env:
     """The training/evaluation env: dynamics noise, episode statistics, actions in [-1, 1], observation noise,
     float32."""
-    spec = gym.registry.get(args.env_id)
-    if spec is not None and "mujoco" in str(spec.entry_point) and args.env_id[-3:] in ("-v2", "-v3"):
-        raise ValueError(
-            f"{args.env_id} needs mujoco-py (the paper's ids): use {args.env_id[:-1]}4 or {args.env_id[:-1]}5"
-        )
-    try:
-        env = gym.make(args.env_id, render_mode=render_mode)
-    except gym.error.Error as error:
-        raise ValueError(f"cannot make env {args.env_id!r}: {error}") from None
-    if not isinstance(env.action_space, gym.spaces.Box):
-        raise ValueError(f"{args.env_id} has a {type(env.action_space).__name__} action space; a Box is needed")
-    if not np.all(np.isfinite(env.action_space.low) & np.isfinite(env.action_space.high)):
-        raise ValueError(f"{args.env_id} has an unbounded action space")
+    env = run_bookkeeping.make_gym_env(args.env_id, render_mode)  # ids and action spaces it cannot train on refused
     if args.dyn_noise == "gauss":
         std = (
             args.dyn_noise_std if args.dyn_noise_std is not None else noise_wrappers.default_dyn_noise_std(args.env_id)
@@ -499,10 +487,17 @@ def log_update(
 
 
 def main(args: Args) -> None:
-    run = run_bookkeeping.open_run(
-        args, __file__, check_args, make_env, Actor
-    )  # checked flags (--resume: the run's), envs
-    args, env = run.args, run.env
+    try:  # the flags, the run's settings (--resume, --evaluate: the saved run's) and its envs; a problem is one line
+        check_args(args)
+        args, saved = run_bookkeeping.run_settings(args, __file__)
+        env, eval_env = make_env(args), make_env(args, render_mode="rgb_array" if args.capture_video else None)
+    except ValueError as error:
+        run_bookkeeping.fail(__file__, str(error))
+    if args.evaluate is not None:  # a saved policy evaluated, instead of training
+        actor = Actor(env.observation_space.shape[0], env.action_space.shape[0], args.hidden_dim)
+        run_bookkeeping.evaluate_saved_model(args, saved, actor, eval_env)
+        return
+    run = run_bookkeeping.Run(__file__, args, saved, env, eval_env)  # its folder, memory check, videos, W&B
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)

@@ -1,14 +1,16 @@
 """A run's bookkeeping, the same in every RL script and no part of any algorithm, written once beside the scripts and
-imported by each (as CleanRL's scripts import `cleanrl_utils`): the checks of the flags every script has, the run folder
-and its envs, checkpoints (written and read: --resume), SIGTERM, the progress bar, the NaN guard, the evaluation of the
-policy and when it is due (--evaluate: of a saved one), periodic checkpoints, `summary.json` and the CPU cost note.
+imported by each (as CleanRL's scripts import `cleanrl_utils`): the checks of the flags every script has and of the
+env id, the run's settings (--resume and --evaluate: the saved run's), its folder, checkpoints (written and read), stop
+signals, the progress bar, the NaN guard, the evaluation of the policy and when it is due (--evaluate: of a saved
+one), `summary.json` and the CPU cost note.
 
-A script's `main()` calls `open_run(args, __file__, check_args, make_env, Actor)`, naming the pieces of its own this
-module uses (its flag checks, its env factory, its actor class for --evaluate), builds its networks, optimizers and
-replay buffer, calls `run.start(...)` and runs its loop `for global_step in run.progress_bar(range(start_step,
-args.total_timesteps))` from the step that returns, calling the `Run` methods it names. The module runs no algorithm
-code and imports no script; it imports flag_extras.py (which imports nothing of the project) under --track and
---capture-video.
+A script's `main()` holds its control: it checks its flags (`check_args`, which calls `check_flags` for those every
+script has), takes the run's settings (`run_settings`), makes its envs, evaluates a saved policy (--evaluate) or opens
+its `Run` with those values, builds its networks, optimizers and replay buffer, calls `run.start(...)` and runs its
+loop `for global_step in run.progress_bar(range(start_step, args.total_timesteps))` from the step that returns,
+calling the `Run` methods it names. The module is handed values only, never a script's function or class; it runs no
+algorithm code and imports no script; it imports flag_extras.py (which imports nothing of the project) under --track
+and --capture-video.
 """
 
 import atexit
@@ -27,7 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import asdict, fields, replace
 from functools import partial
-from typing import NamedTuple, NoReturn
+from typing import NoReturn
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """Ctrl-C, SIGTERM (kill, schedulers) and SIGHUP (a closed terminal or ssh session): each stops a run the same way"""
@@ -43,7 +45,7 @@ def on_stop_signals(handler: Callable) -> None:
 
 def stop_while_starting(signum: int, frame: object) -> NoReturn:
     """A stop before the training loop (the imports' seconds, the checks, the envs, the networks): one line, exit status
-    128 + the signal's number; a fresh run's folder, still empty, is removed at exit (`open_run`)."""
+    128 + the signal's number; a fresh run's folder, still empty, is removed at exit (`Run`)."""
     name = os.path.basename(sys.argv[0])
     print(f"{name}: stopped by {signal.Signals(signum).name} while starting; no step was run", file=sys.stderr)
     raise SystemExit(128 + signum)
@@ -68,15 +70,6 @@ from tqdm import tqdm
 warnings.filterwarnings("ignore", message=r".*The environment \S+-v4 is out of date", category=DeprecationWarning)
 
 
-class Script(NamedTuple):
-    """What this module uses of the script that calls it, handed over by `open_run`'s caller."""
-
-    name: str  # the file's name, e.g. "td3_huber.py": in messages and checkpoints
-    check_args: Callable  # args -> None, a ValueError naming the first bad flag
-    make_env: Callable  # (args, render_mode=None) -> the training or evaluation env
-    actor_class: type  # Actor(obs_dim, act_dim, hidden_dim): the policy --evaluate loads
-
-
 # THE FLAGS
 def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -> None:
     """Raise ValueError naming the first non-finite float flag, else the first out-of-range flag: the flags every RL
@@ -84,8 +77,9 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
     then the flags without effect, the devices and the files.
 
     A run's flags are checked in this order, before anything is written: tyro (types and choices, as it parses), this
-    list (the script's `check_args`), then in `open_run` the script's `make_env` (the env id and its action space, which
-    need gymnasium's registry) and `check_memory` (the sizes against the machine, which need the env's dimensions)."""
+    list (the script's `check_args`), the files of --resume and --evaluate (`run_settings`), the env id and its action
+    space (`make_gym_env`, in the script's `make_env`: they need gymnasium's registry), and `check_memory` (the sizes
+    against the machine, which need the env's dimensions; in `Run`)."""
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"--{name.replace('_', '-')} must be finite (got {value})")
@@ -116,8 +110,14 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
         (args.eval_episodes >= 1, "--eval-episodes must be >= 1"),
         (args.checkpoint_frequency >= 0 and args.contraction_frequency >= 0, "frequencies must be >= 0"),
         (args.evaluate is None or args.resume is None, "--evaluate and --resume exclude each other"),
-        (args.resume is None or os.path.isfile(args.resume), f"--resume: no checkpoint at {args.resume!r}"),
-        (args.evaluate is None or os.path.isfile(args.evaluate), f"--evaluate: no model at {args.evaluate!r}"),
+        (
+            args.resume is None or os.path.isfile(file_in_run(args.resume, "checkpoint.pt")),
+            f"--resume: no checkpoint at {args.resume and file_in_run(args.resume, 'checkpoint.pt')!r}",
+        ),
+        (
+            args.evaluate is None or os.path.isfile(file_in_run(args.evaluate, "model.pt", "checkpoint.pt")),
+            f"--evaluate: no model at {args.evaluate and file_in_run(args.evaluate, 'model.pt', 'checkpoint.pt')!r}",
+        ),
     ]
     for ok, message in checks:
         if not ok:
@@ -249,9 +249,27 @@ def critic_values(run_dir: str, window: int = VALUE_WINDOW) -> dict | None:
     }
 
 
-def fail(script_name: str, message: str) -> NoReturn:
-    """One line on stderr, `<script>.py: error: <message>`, exit status 1, no traceback."""
-    raise SystemExit(f"{script_name}: error: {message}")
+def fail(script: str, message: str) -> NoReturn:
+    """One line on stderr, `<script>.py: error: <message>`, exit status 1, no traceback (`script`: its name or path)."""
+    raise SystemExit(f"{os.path.basename(script)}: error: {message}")
+
+
+# THE ENV
+def make_gym_env(env_id: str, render_mode: str | None = None) -> gym.Env:
+    """gym.make(env_id), refused with a one-line ValueError where the scripts cannot train on it: the paper's MuJoCo
+    v2/v3 ids (they need mujoco-py), an id gymnasium cannot make, an action space that is not a bounded Box."""
+    spec = gym.registry.get(env_id)
+    if spec is not None and "mujoco" in str(spec.entry_point) and env_id[-3:] in ("-v2", "-v3"):
+        raise ValueError(f"{env_id} needs mujoco-py (the paper's ids): use {env_id[:-1]}4 or {env_id[:-1]}5")
+    try:
+        env = gym.make(env_id, render_mode=render_mode)
+    except gym.error.Error as error:
+        raise ValueError(f"cannot make env {env_id!r}: {error}") from None
+    if not isinstance(env.action_space, gym.spaces.Box):
+        raise ValueError(f"{env_id} has a {type(env.action_space).__name__} action space; a Box is needed")
+    if not np.all(np.isfinite(env.action_space.low) & np.isfinite(env.action_space.high)):
+        raise ValueError(f"{env_id} has an unbounded action space")
+    return env
 
 
 # CHECKPOINTS, WRITTEN AND READ (--resume)
@@ -355,33 +373,30 @@ def resumed_args(cli_args, saved: dict, argv: list[str]):
     return args
 
 
-def read_checkpoint(args, check_args: Callable, script_name: str, argv: list[str] | None = None) -> tuple:
+def read_checkpoint(args, script_name: str, argv: list[str]) -> tuple:
     """--resume: (the run's Args, with the command line's device, tracking and video, and its step budget unless
-    --total-timesteps is given in `argv` (sys.argv); the checkpoint; the run folder). The checkpoint's states are loaded
-    later by `restore`; every problem is a one-line ValueError. A finished run (summary.json written) is left as it
-    is."""
-    argv = sys.argv[1:] if argv is None else argv
+    --total-timesteps is given in `argv`, the flags that change nothing at their defaults; the checkpoint). The
+    checkpoint's states are loaded later by `restore`; every problem is a one-line ValueError. A finished run
+    (summary.json written) is left as it is."""
     args.resume = file_in_run(args.resume, "checkpoint.pt")
-    check_args(effective_args(args))  # a flag that changes nothing is ignored on resume
     checkpoint = load_checkpoint(args.resume, script_name)
     if "global_step" not in checkpoint:
         raise ValueError(
             f"{args.resume!r} is a saved model, not a checkpoint: --resume takes checkpoint.pt or its run folder"
         )
     try:
-        args = resumed_args(args, checkpoint["args"], argv)
+        args = effective_args(
+            resumed_args(args, checkpoint["args"], argv)
+        )  # a run started before such flags were refused
     except (KeyError, TypeError) as error:
         raise ValueError(f"cannot resume from {args.resume!r}: {' '.join(str(error).split())}") from None
-    check_args(effective_args(args))  # a run started before such flags were refused resumes
     step, run_dir = checkpoint["global_step"], os.path.dirname(os.path.abspath(args.resume))
     if args.total_timesteps < step:
         raise ValueError(
             f"--total-timesteps {args.total_timesteps} is below the checkpoint's step {step}: resuming would repeat "
             "steps"
         )
-    if args.total_timesteps == step and os.path.isfile(
-        os.path.join(run_dir, "summary.json")
-    ):  # else: finish its outputs
+    if args.total_timesteps == step and os.path.isfile(os.path.join(run_dir, "summary.json")):  # else: its outputs
         print(
             f"{run_dir} is at step {step} of {step}: nothing to do (a larger --total-timesteps continues it)",
             file=sys.stderr,
@@ -393,7 +408,7 @@ def read_checkpoint(args, check_args: Callable, script_name: str, argv: list[str
             f"{args.learning_starts}: no update would ever run (give a larger --total-timesteps)"
         )
     writable_folder(run_dir)
-    return args, checkpoint, run_dir
+    return args, checkpoint
 
 
 def restore(checkpoint: dict, stateful: dict, env: gym.Env, device: torch.device) -> tuple:
@@ -439,56 +454,58 @@ NOISE_FLAGS = ("obs_noise", "obs_noise_scale", "dyn_noise", "dyn_noise_std")
 """the experiment's noise: --evaluate takes these from the command line where given there, else from the run"""
 
 
-def evaluate_saved_model(args, script: Script, argv: list[str] | None = None) -> None:
-    """--evaluate: the saved actor over --eval-episodes deterministic episodes of its run's env and evaluation seeds,
-    under the run's noise settings, or under the noise flags given on the command line `argv` (sys.argv; said in one
-    line: evaluating a policy under other noise is an experiment of its own); mean +- std printed and written to
-    evaluation.json beside the model, with the noise it was evaluated under and the noise the run trained with."""
-    argv = sys.argv[1:] if argv is None else argv
+def read_saved_model(args, script_name: str, argv: list[str]) -> tuple:
+    """--evaluate: (the saved run's Args, under the noise flags given on the command line `argv`, with its
+    --eval-episodes, device and --capture-video; the saved model or checkpoint). The run's own noise settings unless
+    noise flags are given (said in one line: evaluating a policy under other noise is an experiment of its own); every
+    other flag given that the run's settings override is named in one warning."""
     args.evaluate = file_in_run(args.evaluate, "model.pt", "checkpoint.pt")
-    script.check_args(args)
-    saved = load_checkpoint(args.evaluate, script.name)
+    saved = load_checkpoint(args.evaluate, script_name)
     try:
         run_args = type(args)(**saved["args"])
-        if args.env_id not in (type(args).env_id, run_args.env_id):
-            raise ValueError(f"{args.evaluate!r} holds a policy for {run_args.env_id}, not for {args.env_id}")
-        trained_noise = {name: getattr(run_args, name) for name in NOISE_FLAGS}
-        for name in NOISE_FLAGS:
-            if given(argv, name):
-                setattr(run_args, name, getattr(args, name))
-        honoured = ("evaluate", "eval_episodes", "cuda", "capture_video", "env_id", *NOISE_FLAGS)
-        if ignored := ignored_flags(args, run_args, argv, honoured):
-            print(f"warning: ignored by --evaluate, which uses the run's: {', '.join(ignored)}", file=sys.stderr)
-        if (noise := {name: getattr(run_args, name) for name in NOISE_FLAGS}) != trained_noise:
-            differ = [name for name in NOISE_FLAGS if noise[name] != trained_noise[name]]
-            said = ", ".join(
-                f"--{name.replace('_', '-')} {noise[name]} (trained: {trained_noise[name]})" for name in differ
-            )
-            print(f"evaluating under the noise given: {said}", file=sys.stderr)
-        run_args.eval_episodes, run_dir = args.eval_episodes, os.path.dirname(os.path.abspath(args.evaluate))
-        writable_folder(run_dir)
-        path, prefix = evaluation_outputs(run_dir)
-        if args.capture_video:
-            from flag_extras import make_video_env
-
-            env = make_video_env(run_args, script.make_env, os.path.join(run_dir, "videos"))
-        else:
-            env = script.make_env(run_args)
-        device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-        actor = script.actor_class(env.observation_space.shape[0], env.action_space.shape[0], run_args.hidden_dim).to(
-            device
-        )
-        actor.load_state_dict(saved["actor"])
-    except (RuntimeError, KeyError, TypeError) as error:
+    except (KeyError, TypeError) as error:
         raise ValueError(f"cannot evaluate {args.evaluate!r}: {' '.join(str(error).split())}") from None
+    if args.env_id not in (type(args).env_id, run_args.env_id):
+        raise ValueError(f"{args.evaluate!r} holds a policy for {run_args.env_id}, not for {args.env_id}")
+    taken = ("evaluate", "eval_episodes", "cuda", "capture_video")
+    for name in taken + tuple(name for name in NOISE_FLAGS if given(argv, name)):
+        setattr(run_args, name, getattr(args, name))
+    honoured = (*taken, "env_id", *NOISE_FLAGS)
+    if ignored := ignored_flags(args, run_args, argv, honoured):
+        print(f"warning: ignored by --evaluate, which uses the run's: {', '.join(ignored)}", file=sys.stderr)
+    trained_noise = {name: saved["args"][name] for name in NOISE_FLAGS}
+    if (noise := {name: getattr(run_args, name) for name in NOISE_FLAGS}) != trained_noise:
+        differ = [name for name in NOISE_FLAGS if noise[name] != trained_noise[name]]
+        said = ", ".join(
+            f"--{name.replace('_', '-')} {noise[name]} (trained: {trained_noise[name]})" for name in differ
+        )
+        print(f"evaluating under the noise given: {said}", file=sys.stderr)
+    writable_folder(os.path.dirname(os.path.abspath(args.evaluate)))
+    return run_args, saved
+
+
+def evaluate_saved_model(args, saved: dict, actor: nn.Module, env: gym.Env) -> None:
+    """--evaluate: the saved `actor` (the script's, built for the run's sizes; its weights loaded here) over
+    --eval-episodes deterministic episodes of `env` (the run's, under the noise of `args`) from the run's evaluation
+    seeds; mean +- std printed and written to evaluation.json beside the model (-2, -3, ... for later ones; videos
+    numbered alike), with the noise it was evaluated under and the noise the run trained with."""
+    script_name, run_dir = saved["script"], os.path.dirname(os.path.abspath(args.evaluate))
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    try:
+        actor.load_state_dict(saved["actor"])
+    except (RuntimeError, KeyError) as error:
+        fail(script_name, f"cannot evaluate {args.evaluate!r}: {' '.join(str(error).split())}")
+    path, prefix = evaluation_outputs(run_dir)
     if args.capture_video:
-        env.name_prefix = prefix
-    returns = evaluate(actor, env, args.eval_episodes, run_args.seed + 100_000, device)
+        from flag_extras import record_video
+
+        env = record_video(env, os.path.join(run_dir, "videos"), args.eval_episodes, prefix)
+    returns = evaluate(actor.to(device), env, args.eval_episodes, args.seed + 100_000, device)
     result = {
         "model": args.evaluate,
-        "env_id": run_args.env_id,
-        **{name: getattr(run_args, name) for name in NOISE_FLAGS},
-        "trained_noise": trained_noise,
+        "env_id": args.env_id,
+        **{name: getattr(args, name) for name in NOISE_FLAGS},
+        "trained_noise": {name: saved["args"][name] for name in NOISE_FLAGS},
         "episodes": len(returns),
         "mean_return": float(np.mean(returns)),
         "std_return": float(np.std(returns)),
@@ -498,7 +515,7 @@ def evaluate_saved_model(args, script: Script, argv: list[str] | None = None) ->
         json.dump(result, f, indent=2)
     print(
         f"eval return {result['mean_return']:.2f} +- {result['std_return']:.2f} over {len(returns)} episodes of "
-        f"{run_args.env_id}; written to {path}"
+        f"{args.env_id}; written to {path}"
     )
     env.close()
 
@@ -516,44 +533,23 @@ def evaluation_outputs(run_dir: str) -> tuple[str, str]:
 
 
 # THE RUN
-def open_run(args, script_file: str, check_args: Callable, make_env: Callable, actor_class: type) -> "Run":
-    """The run of `args` for the script at `script_file` (its `__file__`), with the script's flag checks, env factory
-    and actor class: its checked flags (--resume: the checkpoint's settings and the checkpoint), its folder, its
-    training and evaluation envs and W&B (--track). --evaluate evaluates the saved model and exits; a bad flag or file
-    exits in one line (`fail`)."""
-    script = Script(os.path.basename(script_file), check_args, make_env, actor_class)
-    checkpoint, wandb, created = None, None, []
-    try:
-        if args.evaluate is not None:
-            evaluate_saved_model(args, script)
-            raise SystemExit(0)
-        if args.resume is not None:
-            args, checkpoint, run_dir = read_checkpoint(args, check_args, script.name)
-        else:
-            script.check_args(args)
-            run_dir = os.path.join("runs", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-        env = script.make_env(args)
-        check_memory(args, env.observation_space.shape[0], env.action_space.shape[0])
-        if checkpoint is None:  # a resumed run writes on in its own folder
-            run_dir, created = make_run_folder(run_dir)
-        if args.capture_video:
-            from flag_extras import make_video_env
+def run_settings(args, script_file: str, argv: list[str] | None = None) -> tuple:
+    """The settings a run of the flags `args` (checked by the script) uses, and what it saved: a fresh run's are `args`
+    (nothing saved); --resume's the checkpoint's, with the checkpoint (`read_checkpoint`); --evaluate's the saved
+    run's, with the saved model (`read_saved_model`). `argv` (sys.argv) tells which flags were given. A problem with
+    a file is a one-line ValueError; --capture-video also picks MuJoCo's headless GL backend here."""
+    argv = sys.argv[1:] if argv is None else argv
+    script_name = os.path.basename(script_file)
+    saved = None
+    if args.resume is not None:
+        args, saved = read_checkpoint(args, script_name, argv)
+    elif args.evaluate is not None:
+        args, saved = read_saved_model(args, script_name, argv)
+    if args.capture_video:
+        from flag_extras import headless_rendering
 
-            eval_env = make_video_env(args, script.make_env, os.path.join(run_dir, "videos"))
-        else:
-            eval_env = script.make_env(args)
-        if args.track:
-            from flag_extras import start_tracking
-
-            wandb = start_tracking(args, run_dir)
-    except ValueError as error:
-        remove_unstarted(created)
-        fail(script.name, str(error))
-    run = Run(script.name, args, checkpoint, run_dir, (env, eval_env), wandb)
-    if created:  # a failure before the first step (an allocation, Ctrl-C) leaves no empty folder either
-        run.cleanup = partial(remove_unstarted, created)
-        atexit.register(run.cleanup)
-    return run
+        headless_rendering(args.env_id)
+    return args, saved
 
 
 def make_run_folder(run_dir: str) -> tuple[str, list[str]]:
@@ -594,12 +590,36 @@ class Run:
     first episode end after every --checkpoint-frequency steps, at the end, on Ctrl-C or SIGTERM), the NaN guard and
     summary.json. A checkpoint holds every object of `stateful` by name, the step, the counters and the RNG states."""
 
-    def __init__(self, script_name: str, args, checkpoint: dict | None, run_dir: str, envs: tuple, wandb):
-        self.script_name = script_name
-        self.args, self.checkpoint, self.run_dir, self.wandb = args, checkpoint, run_dir, wandb
-        self.env, self.eval_env = envs
-        self.checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-        self.cleanup = None  # open_run's removal of a fresh run's folder at exit, until the run starts
+    def __init__(self, script_file: str, args, checkpoint: dict | None, env: gym.Env, eval_env: gym.Env):
+        """The run of the script at `script_file` (its `__file__`) with the settings `args` and the `checkpoint` of
+        `run_settings`, training in `env` and evaluating in `eval_env` (made with render_mode "rgb_array" under
+        --capture-video): the memory check, its folder (a resumed run's own), the videos and W&B (--track). A problem
+        is one line (`fail`), and a fresh run's folder, still empty, is removed."""
+        self.script_name, created = os.path.basename(script_file), []
+        self.args, self.checkpoint, self.env, self.eval_env, self.wandb = args, checkpoint, env, eval_env, None
+        try:
+            check_memory(args, env.observation_space.shape[0], env.action_space.shape[0])
+            if checkpoint is None:
+                name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+                self.run_dir, created = make_run_folder(os.path.join("runs", name))
+            else:  # a resumed run writes on in its own folder
+                self.run_dir = os.path.dirname(os.path.abspath(args.resume))
+            if args.capture_video:
+                from flag_extras import record_video
+
+                self.eval_env = record_video(eval_env, os.path.join(self.run_dir, "videos"), args.eval_episodes)
+            if args.track:
+                from flag_extras import start_tracking
+
+                self.wandb = start_tracking(args, self.run_dir)
+        except ValueError as error:
+            remove_unstarted(created)
+            fail(self.script_name, str(error))
+        self.checkpoint_path = os.path.join(self.run_dir, "checkpoint.pt")
+        self.cleanup = None  # the removal of a fresh run's folder at exit, until the run starts
+        if created:  # a failure before the first step (an allocation, Ctrl-C) leaves no empty folder either
+            self.cleanup = partial(remove_unstarted, created)
+            atexit.register(self.cleanup)
 
     def start(self, stateful: dict, device: torch.device) -> int:
         """Before the loop: with --resume every state of `stateful` (None: not built) and the RNGs as they were;

@@ -354,7 +354,7 @@ def timed_iterations(module, args: Args, variant: list[str]) -> int:
 
 def check_args(args: Args) -> list[tuple[str, object, list[str]]]:
     """Every flag, script and setting checked before any work (each script's Args built, checked by the script's own
-    check_args, with its env and the memory check of open_run); exits in one line at the first problem. Returns the
+    check_args, with its env and the memory check of Run); exits in one line at the first problem. Returns the
     (entry, module, settings) to time."""
     if not (math.isfinite(args.seconds) and args.seconds > 0):
         fail(f"--seconds must be a number > 0 (got {args.seconds})")

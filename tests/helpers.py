@@ -164,7 +164,15 @@ def tiny_target_networks(module, world_model_kind: str, seed: int, obs_dim: int 
 
 
 def open_run_of(module, args):
-    """run_bookkeeping.open_run(args, ...) with the pieces of the script `module` its main() hands over."""
+    """The `Run` the script `module`'s main() opens for `args`: its flags checked, the run's settings, its envs (a
+    problem: one line, SystemExit, as in main())."""
     import run_bookkeeping
 
-    return run_bookkeeping.open_run(args, module.__file__, module.check_args, module.make_env, module.Actor)
+    try:
+        module.check_args(args)
+        args, saved = run_bookkeeping.run_settings(args, module.__file__, argv=[])
+        env = module.make_env(args)
+        eval_env = module.make_env(args, render_mode="rgb_array" if args.capture_video else None)
+    except ValueError as error:
+        run_bookkeeping.fail(module.__file__, str(error))
+    return run_bookkeeping.Run(module.__file__, args, saved, env, eval_env)

@@ -1,7 +1,7 @@
 """The bookkeeping every RL script shares, on the real `Run` of a tiny td3_huber run on PointMass-v0 (opened with
-`open_run` and started with `Run.start` as main() does, with no networks): the NaN guard stops the run at one
-non-finite loss, including at the last step; every evaluation resets its episodes with distinct seeds, the same set each
-time."""
+`helpers.open_run_of` and started with `Run.start` as main() does, with no networks): the NaN guard stops the run at
+one non-finite loss, including at the last step; every evaluation resets its episodes with distinct seeds, the same
+set each time."""
 
 import math
 import os

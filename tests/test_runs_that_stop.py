@@ -213,7 +213,7 @@ DISTRIBUTIONAL_MMD = ("mmd_critic", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev")
     ],
 )
 def test_flags_out_of_range_or_without_effect_are_refused(script, flags, message):
-    """Each is a ValueError from check_args (one line and exit 1 through open_run); their valid neighbours pass."""
+    """Each is a ValueError from check_args (one line and exit 1 in main()); their valid neighbours pass."""
     module = importlib.import_module(script)
     if "kernel_bandwidth" in flags and script not in DISTRIBUTIONAL_MMD:
         pytest.skip("no kernel")
@@ -348,7 +348,7 @@ def test_the_paper_sizes_pass_the_memory_check(script):
 
 @pytest.mark.parametrize("script", helpers.RL_SCRIPTS)
 def test_a_run_that_fails_at_its_start_leaves_no_folder(tmp_path, monkeypatch, script):
-    """--track without a W&B login fails in open_run, after the run folder was made: the folder (and `runs/`, new
+    """--track without a W&B login fails as the Run opens, after the run folder was made: the folder (and `runs/`, new
     here) is removed with the one-line refusal."""
 
     def no_login(**kwargs):
@@ -364,7 +364,7 @@ def test_a_run_that_fails_at_its_start_leaves_no_folder(tmp_path, monkeypatch, s
 
 @pytest.mark.slow
 def test_a_run_that_fails_before_its_first_step_leaves_no_folder(tmp_path):
-    """A failure after open_run made the folder but before the run started (here the replay buffer's allocation, made
+    """A failure after the Run made its folder but before the run started (here the replay buffer's allocation, made
     to fail) leaves no empty folder behind when the process exits; a `runs/` it did not make stays."""
     fails = (
         "import replay_buffer, td3_huber\n"
@@ -395,7 +395,7 @@ def test_a_run_that_fails_before_its_first_step_leaves_no_folder(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_stop_between_the_run_folder_and_the_first_step_leaves_no_folder(tmp_path, signum):
-    """The signal lands just after open_run made the fresh run's folder (networks still to build): one line, exit status
+    """The signal lands just after the Run made the fresh run's folder (networks still to build): one line, exit status
     128 + its number, and neither the run's folder nor runs/ left behind."""
     driver = tmp_path / "driver.py"
     driver.write_text(
@@ -404,13 +404,12 @@ def test_a_stop_between_the_run_folder_and_the_first_step_leaves_no_folder(tmp_p
         "import run_bookkeeping\n"
         "run_bookkeeping.on_stop_signals(run_bookkeeping.stop_while_starting)"
         "  # what a script beside it gets at import\n"
-        "opened = run_bookkeeping.open_run\n"
-        "def open_then_stop(*args, **kwargs):\n"
-        "    run = opened(*args, **kwargs)\n"
+        "opened = run_bookkeeping.Run.__init__\n"
+        "def open_then_stop(run, *args, **kwargs):\n"
+        "    opened(run, *args, **kwargs)\n"
         "    assert os.path.isdir(run.run_dir)\n"
         f"    os.kill(os.getpid(), {int(signum)})\n"
-        "    return run\n"
-        "run_bookkeeping.open_run = open_then_stop\n"
+        "run_bookkeeping.Run.__init__ = open_then_stop\n"
         f"sys.argv = [{str(ROOT / 'td3_huber.py')!r}, *sys.argv[1:]]\n"
         "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )

@@ -78,14 +78,14 @@ def test_two_runs_started_in_the_same_second_get_a_folder_each(tmp_path, monkeyp
     runs/<name>__2 instead of writing into the first's folder, and each folder holds its own summary, checkpoint and
     TensorBoard events, and is the path its run prints."""
     monkeypatch.chdir(tmp_path)
-    open_run, frozen = run_bookkeeping.open_run, time.time()
+    opened, frozen = run_bookkeeping.Run.__init__, time.time()
 
-    def open_run_in_the_same_second(args, *script):
+    def open_in_the_same_second(run, *args, **kwargs):
         with monkeypatch.context() as clock:
             clock.setattr(time, "time", lambda: frozen)
-            return open_run(args, *script)
+            opened(run, *args, **kwargs)
 
-    monkeypatch.setattr(run_bookkeeping, "open_run", open_run_in_the_same_second)
+    monkeypatch.setattr(run_bookkeeping.Run, "__init__", open_in_the_same_second)
     flags = dict(
         env_id="PointMass-v0", dyna=False, total_timesteps=150, learning_starts=100, hidden_dim=16, batch_size=16
     )

@@ -182,7 +182,7 @@ def test_resume_names_every_flag_given_that_it_cannot_honour_whatever_its_value(
     assert capsys.readouterr().err == ""
 
 
-def test_evaluate_builds_its_env_with_the_noise_given_and_names_the_flags_it_ignores(tmp_path, capsys):
+def test_evaluate_builds_its_env_with_the_noise_given_and_names_the_flags_it_ignores(tmp_path, capsys, monkeypatch):
     """--evaluate MODEL --obs-noise mult --hidden-dim 16 --seed 5 on a run trained without noise at --hidden-dim 8,
     seed 3: the env is built with the multiplicative noise wrapper; the warning names --seed and --hidden-dim (the run's
     actor and evaluation seeds are used), not the noise or episodes; evaluation.json records the noise."""
@@ -194,15 +194,16 @@ def test_evaluate_builds_its_env_with_the_noise_given_and_names_the_flags_it_ign
     torch.save(model, tmp_path / "model.pt")
     argv = f"--evaluate {tmp_path / 'model.pt'} --obs-noise mult --hidden-dim 16 --seed 5 --eval-episodes 1".split()
     args = td3_huber.Args(evaluate=str(tmp_path / "model.pt"), obs_noise="mult", hidden_dim=16, seed=5, eval_episodes=1)
-    built = []
+    built, make_env = [], td3_huber.make_env
 
-    def make_env(env_args, render_mode=None):
-        built.append(td3_huber.make_env(env_args, render_mode))
+    def recorded_make_env(env_args, render_mode=None):
+        built.append(make_env(env_args, render_mode))
         return built[-1]
 
-    script = run_bookkeeping.Script("td3_huber.py", td3_huber.check_args, make_env, td3_huber.Actor)
-    run_bookkeeping.evaluate_saved_model(args, script, argv)
-    (env,) = built
+    monkeypatch.setattr(td3_huber, "make_env", recorded_make_env)  # what main() calls
+    monkeypatch.setattr(sys, "argv", ["td3_huber.py", *argv])
+    td3_huber.main(args)
+    env = built[-1]  # the evaluation's
     wrappers = []
     while isinstance(env, gym.Wrapper):
         wrappers.append(type(env))
