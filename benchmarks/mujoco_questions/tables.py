@@ -1,0 +1,211 @@
+"""The questions' tables and figure, made from the runs' summaries so that no number is copied by hand: per question,
+the new group(s) of this grid beside the mujoco_cpu grid's groups at the same seeds (1-3) and settings but the one asked
+about. Per group: seeds, final return and nAUC as median [95 % CI] (aggregate.py's bootstrap: rliable's stratified
+bootstrap, 2 000 resamples, seed 0), on IDP the runs that solve it (an evaluation >= SOLVED) and keep it (no
+evaluation below HELD after the first solve, as mujoco_cpu/stability.md counts), and per compared pair whether they
+separate: CIs apart, or every run of one above every run of the other, in final return and in nAUC.
+
+Usage:
+    python benchmarks/mujoco_questions/tables.py            # prints the tables
+    python benchmarks/mujoco_questions/tables.py --write    # and writes them and curves.png into the page
+"""
+
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import tyro
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import aggregate  # noqa: E402
+
+PAGE = os.path.join(HERE, "README.md")
+NEW, OLD = os.path.join(HERE, "grid"), os.path.join(os.path.dirname(HERE), "mujoco_cpu", "grid")
+SEEDS = (1, 2, 3)
+SOLVED, HELD = 9350.0, 9000.0
+IDP, HC = "InvertedDoublePendulum-v4", "HalfCheetah-v4"
+QUESTIONS = {  # id: (env, [(row label, grid, exp_name)], [(new row, compared row)])
+    "a": (
+        HC,
+        [
+            ("DSDPG-MSMMD, Adam lr 0.3 x 30 steps", NEW, "dsdpg_msmmd_adam0.3x30"),
+            ("DSDPG-MSMMD, the paper's search (Adam lr 1e-4 x 100)", OLD, "dsdpg_msmmd_sobolev"),
+            ("DSDPG-MMD", OLD, "dsdpg_mmd_sobolev"),
+            ("TD3 `--no-dyna` (Huber)", OLD, "td3_huber_no_dyna"),
+        ],
+        [(0, 1), (0, 2), (0, 3)],
+    ),
+    "b": (
+        IDP,
+        [
+            ("DSDPG-MMD, truncation 10 %", NEW, "dsdpg_mmd_trunc10"),
+            ("DSDPG-MMD, truncation 25 % (the paper's)", OLD, "dsdpg_mmd_sobolev"),
+            ("MMD critic, truncation 10 %", NEW, "mmd_critic_trunc10"),
+            ("MMD critic, truncation 25 %", OLD, "mmd_critic"),
+            ("TD3 `--no-dyna` (Huber)", OLD, "td3_huber_no_dyna"),
+        ],
+        [(0, 1), (2, 3), (0, 4), (2, 4)],
+    ),
+    "c": (
+        IDP,
+        [
+            ("DSDPG-MSMMD, Adam lr 0.3 x 30 steps", NEW, "dsdpg_msmmd_adam0.3x30"),
+            ("DSDPG-MSMMD, the paper's search (Adam lr 1e-4 x 100)", OLD, "dsdpg_msmmd_sobolev"),
+            ("TD3 `--no-dyna` (Huber)", OLD, "td3_huber_no_dyna"),
+        ],
+        [(0, 1), (0, 2)],
+    ),
+    "d": (
+        IDP,
+        [
+            ("DSDPG-MMD, lr 1e-4", NEW, "dsdpg_mmd_lr1e-4"),
+            ("DSDPG-MMD, lr 3e-4", OLD, "dsdpg_mmd_sobolev"),
+            ("MMD critic, lr 1e-4", NEW, "mmd_critic_lr1e-4"),
+            ("MMD critic, lr 3e-4", OLD, "mmd_critic"),
+            ("TD3 (Dyna), lr 1e-4", NEW, "td3_huber_lr1e-4"),
+            ("TD3 (Dyna), lr 3e-4", OLD, "td3_huber"),
+        ],
+        [(0, 1), (2, 3), (4, 5)],
+    ),
+}
+
+
+@dataclass
+class Args:
+    write: bool = False
+    """write each question's table into README.md (between its markers) and the figure to curves.png"""
+
+
+def runs_of(grid: str, exp_name: str, env: str) -> list[dict]:
+    """The finished runs of one group at SEEDS, by seed."""
+    runs = [run for run in load(grid) if run["script"] == exp_name and run["env"] == env and run["seed"] in SEEDS]
+    return sorted(runs, key=lambda run: run["seed"])
+
+
+_loaded: dict[str, list[dict]] = {}
+
+
+def load(grid: str) -> list[dict]:
+    """Every finished run under a grid folder (read once)."""
+    if grid not in _loaded:
+        _loaded[grid] = aggregate.load_runs(grid) if os.path.isdir(grid) else []
+    return _loaded[grid]
+
+
+def solved_and_kept(run: dict) -> tuple[bool, bool]:
+    """An evaluation >= SOLVED; and after the first such, none below HELD."""
+    returns = run["eval_returns"]
+    first = next((i for i, value in enumerate(returns) if value >= SOLVED), None)
+    if first is None:
+        return False, False
+    return True, all(value >= HELD for value in returns[first:])
+
+
+def estimate(values: list[float]) -> tuple[float, float, float]:
+    return aggregate.interval_estimates(values, 2000, 0)["median"]
+
+
+def whole(value: float) -> str:
+    return f"{round(value):,}".replace(",", " ")
+
+
+def cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    median, lo, hi = estimate(values)
+    return f"{whole(median)} [{whole(lo)}, {whole(hi)}]"
+
+
+def separation(first: list[float], second: list[float]) -> str:
+    """'above' / 'below' where the CIs are apart or every run of `first` is above (below) every run of `second`, else
+    'not separable'."""
+    if not first or not second:
+        return "-"
+    (_, lo1, hi1), (_, lo2, hi2) = estimate(first), estimate(second)
+    if lo1 > hi2 or min(first) > max(second):
+        return "above"
+    if hi1 < lo2 or max(first) < min(second):
+        return "below"
+    return "not separable"
+
+
+def question_table(key: str) -> str:
+    env, rows, pairs = QUESTIONS[key]
+    groups = [runs_of(grid, name, env) for _, grid, name in rows]
+    header = ["group", "seeds", "final return, median [95 % CI]", "nAUC, median [95 % CI]"]
+    header += ["solved / kept"] if env == IDP else []
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for (label, grid, _), runs in zip(rows, groups):
+        where = "this grid" if grid == NEW else "mujoco_cpu"
+        cells = [f"{label} ({where})", ",".join(str(run["seed"]) for run in runs) or "-"]
+        cells += [cell([run["final_eval_return"] for run in runs]), cell([run["nauc"] for run in runs])]
+        if env == IDP:
+            counts = [solved_and_kept(run) for run in runs]
+            cells.append(f"{sum(s for s, _ in counts)} / {sum(k for _, k in counts)}" if runs else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for first, second in pairs:
+        a, b = groups[first], groups[second]
+        final = separation([r["final_eval_return"] for r in a], [r["final_eval_return"] for r in b])
+        area = separation([r["nauc"] for r in a], [r["nauc"] for r in b])
+        lines.append(
+            f"- {rows[first][0]} against {rows[second][0]} ({len(a)} against {len(b)} seeds): final return {final}, "
+            f"nAUC {area}."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(QUESTIONS), figsize=(5 * len(QUESTIONS), 4))
+    for ax, (key, (env, rows, _)) in zip(axes, QUESTIONS.items()):
+        for index, (label, grid, name) in enumerate(rows):
+            runs = runs_of(grid, name, env)
+            if not runs:
+                continue
+            steps, returns = aggregate.align_curves(runs)
+            q25, median, q75 = np.percentile(returns, [25, 50, 75], axis=0)
+            style = "-" if grid == NEW else "--"
+            line = ax.plot(steps, median, style, label=f"{label} ({len(runs)})", marker=".")[0]
+            ax.fill_between(steps, q25, q75, color=line.get_color(), alpha=0.12)
+        ax.set_title(f"{key}. {env}", fontsize=9)
+        ax.set_xlabel("environment steps", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6, loc="upper left")
+    axes[0].set_ylabel("evaluation return: median over seeds, 25-75 % band", fontsize=8)
+    fig.suptitle("Solid: this grid; dashed: mujoco_cpu's groups at the same seeds (1-3)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def marker(key: str) -> tuple[str, str]:
+    return f"<!-- table {key}: tables.py writes this -->", f"<!-- end of table {key} -->"
+
+
+def main(args: Args) -> None:
+    tables = {key: question_table(key) for key in QUESTIONS}
+    for key, table in tables.items():
+        print(f"## {key}\n\n{table}")
+    if not args.write:
+        return
+    with open(PAGE) as f:
+        text = f.read()
+    for key, table in tables.items():
+        begin, end = marker(key)
+        if text.count(begin) != 1 or text.count(end) != 1:
+            raise SystemExit(f"tables.py: error: {PAGE} lacks the markers of table {key}")
+        text = text[: text.index(begin) + len(begin)] + "\n" + table + text[text.index(end) :]
+    with open(PAGE, "w") as f:
+        f.write(text)
+    plot(os.path.join(HERE, "curves.png"))
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args, description=__doc__.split("\n\n")[0]))
