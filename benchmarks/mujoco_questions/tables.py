@@ -157,6 +157,10 @@ def question_table(key: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+COLOURS = {"DSDPG-MSMMD": "tab:blue", "DSDPG-MMD": "tab:orange", "MMD critic": "tab:green", "TD3": "tab:red"}
+"""a method's colour in every panel; this grid's groups solid, mujoco_cpu's dashed"""
+
+
 def plot(path: str) -> None:
     import matplotlib
 
@@ -171,9 +175,10 @@ def plot(path: str) -> None:
                 continue
             steps, returns = aggregate.align_curves(runs)
             q25, median, q75 = np.percentile(returns, [25, 50, 75], axis=0)
+            color = next(c for family, c in COLOURS.items() if label.startswith(family))
             style = "-" if grid == NEW else "--"
-            line = ax.plot(steps, median, style, label=f"{label} ({len(runs)})", marker=".")[0]
-            ax.fill_between(steps, q25, q75, color=line.get_color(), alpha=0.12)
+            ax.plot(steps, median, style, color=color, label=f"{label} ({len(runs)})", marker=".")
+            ax.fill_between(steps, q25, q75, color=color, alpha=0.12)
         ax.set_title(f"{key}. {env}", fontsize=9)
         ax.set_xlabel("environment steps", fontsize=8)
         ax.tick_params(labelsize=7)
