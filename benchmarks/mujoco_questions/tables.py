@@ -30,8 +30,8 @@ QUESTIONS = {  # id: (env, [(row label, grid, exp_name)], [(new row, compared ro
     "a": (
         HC,
         [
-            ("DSDPG-MSMMD, Adam lr 0.3 x 30 steps", NEW, "dsdpg_msmmd_adam0.3x30"),
-            ("DSDPG-MSMMD, the paper's search (Adam lr 1e-4 x 100)", OLD, "dsdpg_msmmd_sobolev"),
+            ("DSDPG-MSMMD, Adam 0.3 x 30", NEW, "dsdpg_msmmd_adam0.3x30"),
+            ("DSDPG-MSMMD, the paper's search", OLD, "dsdpg_msmmd_sobolev"),
             ("DSDPG-MMD", OLD, "dsdpg_mmd_sobolev"),
             ("TD3 `--no-dyna` (Huber)", OLD, "td3_huber_no_dyna"),
         ],
@@ -41,7 +41,7 @@ QUESTIONS = {  # id: (env, [(row label, grid, exp_name)], [(new row, compared ro
         IDP,
         [
             ("DSDPG-MMD, truncation 10 %", NEW, "dsdpg_mmd_trunc10"),
-            ("DSDPG-MMD, truncation 25 % (the paper's)", OLD, "dsdpg_mmd_sobolev"),
+            ("DSDPG-MMD, truncation 25 %", OLD, "dsdpg_mmd_sobolev"),
             ("MMD critic, truncation 10 %", NEW, "mmd_critic_trunc10"),
             ("MMD critic, truncation 25 %", OLD, "mmd_critic"),
             ("TD3 `--no-dyna` (Huber)", OLD, "td3_huber_no_dyna"),
@@ -51,8 +51,8 @@ QUESTIONS = {  # id: (env, [(row label, grid, exp_name)], [(new row, compared ro
     "c": (
         IDP,
         [
-            ("DSDPG-MSMMD, Adam lr 0.3 x 30 steps", NEW, "dsdpg_msmmd_adam0.3x30"),
-            ("DSDPG-MSMMD, the paper's search (Adam lr 1e-4 x 100)", OLD, "dsdpg_msmmd_sobolev"),
+            ("DSDPG-MSMMD, Adam 0.3 x 30", NEW, "dsdpg_msmmd_adam0.3x30"),
+            ("DSDPG-MSMMD, the paper's search", OLD, "dsdpg_msmmd_sobolev"),
             ("TD3 `--no-dyna` (Huber)", OLD, "td3_huber_no_dyna"),
         ],
         [(0, 1), (0, 2)],
@@ -150,10 +150,8 @@ def question_table(key: str) -> str:
         a, b = groups[first], groups[second]
         final = separation([r["final_eval_return"] for r in a], [r["final_eval_return"] for r in b])
         area = separation([r["nauc"] for r in a], [r["nauc"] for r in b])
-        lines.append(
-            f"- {rows[first][0]} against {rows[second][0]} ({len(a)} against {len(b)} seeds): final return {final}, "
-            f"nAUC {area}."
-        )
+        lines.append(f"- {rows[first][0]} against {rows[second][0]} ({len(a)} / {len(b)} seeds):")
+        lines.append(f"  final return {final}, nAUC {area}.")
     return "\n".join(lines) + "\n"
 
 
