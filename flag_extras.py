@@ -86,8 +86,8 @@ def headless_rendering(env_id: str) -> None:
     """For a MuJoCo env, pick MuJoCo's headless GL backend before the envs are made: MUJOCO_GL if set, else egl, else
     osmesa, the first with which `env_id` renders a frame here; a ValueError names why none does."""
     spec = gym.registry.get(env_id)
-    if spec is None or "mujoco" not in str(spec.entry_point):
-        return
+    if spec is None or "mujoco" not in str(spec.entry_point) or env_id[-3:] in ("-v2", "-v3"):
+        return  # not MuJoCo, or an id make_gym_env refuses for what it is (mujoco-py's)
     errors = []
     for backend in [os.environ["MUJOCO_GL"]] if "MUJOCO_GL" in os.environ else ["egl", "osmesa"]:
         os.environ["MUJOCO_GL"] = backend

@@ -51,12 +51,9 @@ def stop_while_starting(signum: int, frame: object) -> NoReturn:
     raise SystemExit(128 + signum)
 
 
-if os.path.dirname(os.path.abspath(getattr(sys.modules["__main__"], "__file__", "") or "")) == os.path.dirname(
-    __file__
-):
-    on_stop_signals(
-        stop_while_starting
-    )  # run by a script beside this module, which imports it before torch and gymnasium
+_main_file = getattr(sys.modules["__main__"], "__file__", None)  # None: a REPL, `python -c`, a notebook
+if _main_file and os.path.dirname(os.path.realpath(_main_file)) == os.path.dirname(os.path.realpath(__file__)):
+    on_stop_signals(stop_while_starting)  # a script beside this module, which it imports before torch and gymnasium
 
 import gymnasium as gym
 import numpy as np
@@ -105,7 +102,7 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
         *own_checks(),
         (0.0 <= args.obs_noise_scale < 1.0, "--obs-noise-scale must be in [0, 1)"),
         (args.dyn_noise_std is None or args.dyn_noise_std >= 0, "--dyn-noise-std must be >= 0"),
-        *[(False, message) for message in flags_without_effect(args).values()],
+        *[(args.resume is not None, message) for message in flags_without_effect(args).values()],  # resume: ignored
         (args.eval_frequency >= 1, "--eval-frequency must be >= 1"),
         (args.eval_episodes >= 1, "--eval-episodes must be >= 1"),
         (args.checkpoint_frequency >= 0 and args.contraction_frequency >= 0, "frequencies must be >= 0"),
@@ -329,9 +326,10 @@ def writable_folder(path: str) -> None:
 
 def given(argv: list[str], name: str) -> bool:
     """Whether the flag of Args field `name` is on the command line `argv` (tyro fills in its default otherwise), as
-    --name, --name=value or, for a boolean, --no-name."""
+    --name, --name=value or, for a boolean, --no-name, in dashes or underscores (tyro takes both)."""
     flags = ("--" + name.replace("_", "-"), "--no-" + name.replace("_", "-"))
-    return any(arg in flags or arg.startswith((flags[0] + "=", flags[1] + "=")) for arg in argv)
+    words = [arg.split("=", 1)[0].replace("_", "-") for arg in argv if arg.startswith("--")]
+    return any(word in flags for word in words)
 
 
 def ignored_flags(cli_args, used, argv: list[str], honoured: tuple[str, ...]) -> list[str]:
@@ -359,15 +357,22 @@ def ignored_flags(cli_args, used, argv: list[str], honoured: tuple[str, ...]) ->
     return found
 
 
+def saved_args(Args: type, saved: dict):
+    """A run's saved settings as Args; a setting the run predates takes what that run computed with (full float32
+    matmuls before --matmul-precision), else its default."""
+    return Args(**{"matmul_precision": "highest", **saved})
+
+
 def resumed_args(cli_args, saved: dict, argv: list[str]):
-    """The checkpoint's settings, its step budget included; the device (and on a GPU its graphs and matmul precision),
-    tracking and videos come from the command line, and the budget too where --total-timesteps is given there."""
-    args = type(cli_args)(**saved)
-    taken = ("cuda", "cudagraphs", "matmul_precision", "resume", "capture_video", "track", "wandb_project_name")
-    taken += ("wandb_entity", "total_timesteps")
-    for name in taken:
-        if name != "total_timesteps" or given(argv, name):
+    """The checkpoint's settings, its step budget included; the device, tracking and videos come from the command
+    line, and where given there the budget and the execution flags (--compile, --cudagraphs, --matmul-precision)."""
+    args = saved_args(type(cli_args), saved)
+    taken = ("cuda", "resume", "capture_video", "track", "wandb_project_name", "wandb_entity")
+    where_given = ("total_timesteps", "compile", "cudagraphs", "matmul_precision")
+    for name in taken + where_given:
+        if name in taken or given(argv, name):
             setattr(args, name, getattr(cli_args, name))
+    taken += where_given
     if ignored := ignored_flags(cli_args, args, argv, taken):
         print(f"warning: ignored on resume, the run keeps its settings: {', '.join(ignored)}", file=sys.stderr)
     return args
@@ -417,7 +422,10 @@ def restore(checkpoint: dict, stateful: dict, env: gym.Env, device: torch.device
     not fit (an older version of the script) stops the run in one line."""
     try:
         for name, state in stateful.items():
+            built = [group.get("capturable") for group in getattr(state, "param_groups", [])]
             state.load_state_dict(checkpoint[name])
+            if isinstance(state, torch.optim.Optimizer):
+                keep_capturable(state, built)
     except (RuntimeError, KeyError, ValueError) as error:
         raise SystemExit(
             f"{checkpoint['script']}: error: cannot resume from this checkpoint: {' '.join(str(error).split())}"
@@ -428,6 +436,20 @@ def restore(checkpoint: dict, stateful: dict, env: gym.Env, device: torch.device
     env.unwrapped.np_random.bit_generator.state = checkpoint["env_rng"]
     counters = ("global_step", "num_critic_updates", "eval_steps", "eval_returns", "wall_time_s")
     return tuple(checkpoint[name] for name in counters)
+
+
+def keep_capturable(optimizer: torch.optim.Optimizer, built: list) -> None:
+    """load_state_dict takes the saved param groups' settings: give back the `capturable` each group was built with
+    (CUDA graphs where the resumed run captures them, whatever the run that saved did), its step counts where that
+    setting keeps them (float32 on the parameter's device when capturable, on the CPU otherwise)."""
+    for group, capturable in zip(optimizer.param_groups, built):
+        if capturable is None or group.get("capturable") == capturable:
+            continue
+        group["capturable"] = capturable
+        for param in group["params"]:
+            state = optimizer.state.get(param, {})
+            if isinstance(state.get("step"), torch.Tensor):
+                state["step"] = state["step"].to(param.device if capturable else "cpu", torch.float32)
 
 
 # EVALUATION (periodic, and --evaluate of a saved policy)
@@ -462,7 +484,7 @@ def read_saved_model(args, script_name: str, argv: list[str]) -> tuple:
     args.evaluate = file_in_run(args.evaluate, "model.pt", "checkpoint.pt")
     saved = load_checkpoint(args.evaluate, script_name)
     try:
-        run_args = type(args)(**saved["args"])
+        run_args = saved_args(type(args), saved["args"])
     except (KeyError, TypeError) as error:
         raise ValueError(f"cannot evaluate {args.evaluate!r}: {' '.join(str(error).split())}") from None
     if args.env_id not in (type(args).env_id, run_args.env_id):
@@ -473,7 +495,7 @@ def read_saved_model(args, script_name: str, argv: list[str]) -> tuple:
     honoured = (*taken, "env_id", *NOISE_FLAGS)
     if ignored := ignored_flags(args, run_args, argv, honoured):
         print(f"warning: ignored by --evaluate, which uses the run's: {', '.join(ignored)}", file=sys.stderr)
-    trained_noise = {name: saved["args"][name] for name in NOISE_FLAGS}
+    trained_noise = {name: getattr(saved_args(type(args), saved["args"]), name) for name in NOISE_FLAGS}
     if (noise := {name: getattr(run_args, name) for name in NOISE_FLAGS}) != trained_noise:
         differ = [name for name in NOISE_FLAGS if noise[name] != trained_noise[name]]
         said = ", ".join(
@@ -490,7 +512,8 @@ def evaluate_saved_model(args, saved: dict, actor: nn.Module, env: gym.Env) -> N
     seeds; mean +- std printed and written to evaluation.json beside the model (-2, -3, ... for later ones; videos
     numbered alike), with the noise it was evaluated under and the noise the run trained with."""
     script_name, run_dir = saved["script"], os.path.dirname(os.path.abspath(args.evaluate))
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    torch.set_flush_denormal(True)  # as the run computed (the scripts' seeding block)
+    device, _ = training_device(args)  # on a GPU, the run's matmul precision
     try:
         actor.load_state_dict(saved["actor"])
     except (RuntimeError, KeyError) as error:
@@ -505,7 +528,7 @@ def evaluate_saved_model(args, saved: dict, actor: nn.Module, env: gym.Env) -> N
         "model": args.evaluate,
         "env_id": args.env_id,
         **{name: getattr(args, name) for name in NOISE_FLAGS},
-        "trained_noise": {name: saved["args"][name] for name in NOISE_FLAGS},
+        "trained_noise": {name: getattr(saved_args(type(args), saved["args"]), name) for name in NOISE_FLAGS},
         "episodes": len(returns),
         "mean_return": float(np.mean(returns)),
         "std_return": float(np.std(returns)),
@@ -595,13 +618,15 @@ class Run:
         `run_settings`, training in `env` and evaluating in `eval_env` (made with render_mode "rgb_array" under
         --capture-video): the memory check, its folder (a resumed run's own), the videos and W&B (--track). A problem
         is one line (`fail`), and a fresh run's folder, still empty, is removed."""
-        self.script_name, created = os.path.basename(script_file), []
+        self.script_name, created, self.cleanup = os.path.basename(script_file), [], None
         self.args, self.checkpoint, self.env, self.eval_env, self.wandb = args, checkpoint, env, eval_env, None
         try:
             check_memory(args, env.observation_space.shape[0], env.action_space.shape[0])
             if checkpoint is None:
                 name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
                 self.run_dir, created = make_run_folder(os.path.join("runs", name))
+                self.cleanup = partial(remove_unstarted, created)  # a failure or stop before the first step: removed
+                atexit.register(self.cleanup)
             else:  # a resumed run writes on in its own folder
                 self.run_dir = os.path.dirname(os.path.abspath(args.resume))
             if args.capture_video:
@@ -616,10 +641,6 @@ class Run:
             remove_unstarted(created)
             fail(self.script_name, str(error))
         self.checkpoint_path = os.path.join(self.run_dir, "checkpoint.pt")
-        self.cleanup = None  # the removal of a fresh run's folder at exit, until the run starts
-        if created:  # a failure before the first step (an allocation, Ctrl-C) leaves no empty folder either
-            self.cleanup = partial(remove_unstarted, created)
-            atexit.register(self.cleanup)
 
     def start(self, stateful: dict, device: torch.device) -> int:
         """Before the loop: with --resume every state of `stateful` (None: not built) and the RNGs as they were;

@@ -643,7 +643,7 @@ def check_args(args: Args) -> Optional[str]:
 def worker_count(args: Args, num_jobs: int) -> int:
     """The training processes: --num-workers, but no more than the jobs nor this machine's cores (more would only
     share them, and slow a stop)."""
-    return max(1, min(args.num_workers, num_jobs, os.cpu_count() or 1))
+    return max(1, min(args.num_workers, num_jobs, len(os.sched_getaffinity(0))))
 
 
 def memory_problem(args: Args) -> Optional[str]:
@@ -730,7 +730,7 @@ def main(args: Args) -> dict:
         fail(problem)
     regimes: list[Optional[int]] = ([None] if args.unlimited else []) + list(args.num_points)
     jobs = [(n, variant) for n in regimes for variant in args.variants]
-    if args.num_workers > (cores := os.cpu_count() or 1) and len(jobs) > cores:
+    if args.num_workers > (cores := len(os.sched_getaffinity(0))) and len(jobs) > cores:
         print(
             f"note: --num-workers {args.num_workers}: this machine has {cores} cores, so {cores} train", file=sys.stderr
         )

@@ -8,7 +8,8 @@ CUDA-graph capture, out of the difference) and to `--learning-starts` + 1 + K st
 world-model step and the `--updates-per-step` critic updates with their actor updates. K is chosen per script from
 probes of doubling length so that the timed part lasts about `--seconds`. FLOPs per iteration are counted the same way
 under `torch.utils.flop_counter.FlopCounterMode` (two short runs), and divided by the time to give the achieved
-FLOP/s, reported against the machine's dense fp32 matmul FLOP/s measured in the same process. With `--breakdown`
+FLOP/s, reported against the machine's dense fp32 matmul FLOP/s measured in the same process (on a GPU, rows at
+the scripts' default TF32 matmuls can exceed 100 % of that float32 rate). With `--breakdown`
 (default) one critic update per script is also split by part (world-model prior and decoder or flow, target actor,
 target critics, online critics with their double backprop, and the rest: loss, kernels, slicing and operations no module
 claims) and by pass (forward, backward), in FLOPs and ms, and for the DSDPG scripts set beside the arithmetic floor of

@@ -92,6 +92,15 @@ def test_the_stop_handler_is_installed_at_import_only_for_a_script_beside_run_bo
         "import signal; import run_bookkeeping as rb\n"
         "print([signal.getsignal(s) == rb.stop_while_starting for s in rb.STOP_SIGNALS])"
     )
+    no_file = subprocess.run(  # `python -c` from the repository (a REPL, a notebook): no script, no handler
+        [sys.executable, "-c", probe],
+        cwd=helpers.ROOT,
+        env={**os.environ, "PYTHONPATH": str(helpers.ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert no_file.stdout.strip() == "[False, False, False]", no_file.stderr
     for where, expected in ((helpers.ROOT, "[False, True, True]"), (tmp_path, "[False, False, False]")):
         script = Path(where) / f"probe_stop_handler_{os.getpid()}.py"
         script.write_text(probe)

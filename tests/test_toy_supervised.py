@@ -251,11 +251,11 @@ def test_a_data_set_the_machine_cannot_hold_is_refused_before_any_training(tmp_p
 
 
 def test_workers_are_capped_at_the_jobs_and_the_cores(monkeypatch):
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})  # the cores this process may use
     assert tss.worker_count(tss.Args(num_workers=100), 12) == 2
     assert tss.worker_count(tss.Args(num_workers=100), 1) == 1
     assert tss.worker_count(tss.Args(num_workers=1), 12) == 1
-    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)))
     assert tss.worker_count(tss.Args(num_workers=16), 12) == 12
 
 

@@ -349,3 +349,66 @@ def test_help_describes_the_script_and_prints_each_default_once(tmp_path, script
     for flag in ("--wm-hidden-dim", "--dyn-noise-std", "--track", "--capture-video", "--evaluate", "--dyna-reward"):
         entry = result.stdout.split(flag, 1)[1].split("\n│ --", 1)[0]
         assert entry.count("(default:") == 1, (flag, entry)
+
+
+def test_resume_keeps_the_runs_execution_flags_unless_given_and_ignores_flags_without_effect(tmp_path, capsys):
+    """--compile, --cudagraphs and --matmul-precision are the checkpoint's unless given with --resume (a run started in
+    float32 goes on in float32); a checkpoint from before --matmul-precision computed in full float32; a flag that
+    changes nothing is ignored on resume with a warning, not refused; tyro's underscore spelling counts as given."""
+    saved = dataclasses.asdict(td3_huber.Args(compile=True, cudagraphs=False, matmul_precision="highest"))
+    cli = td3_huber.Args(resume="x")
+    args = run_bookkeeping.resumed_args(cli, saved, ["--resume", "x"])
+    assert (args.compile, args.cudagraphs, args.matmul_precision) == (True, False, "highest")
+    given = td3_huber.Args(resume="x", compile=False, matmul_precision="high")
+    args = run_bookkeeping.resumed_args(given, saved, "--resume x --no-compile --matmul_precision high".split())
+    assert (args.compile, args.cudagraphs, args.matmul_precision) == (False, False, "high")
+    old = {name: value for name, value in saved.items() if name != "matmul_precision"}
+    assert run_bookkeeping.resumed_args(cli, old, ["--resume", "x"]).matmul_precision == "highest"
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    without_effect = td3_huber.Args(resume=str(tmp_path), obs_noise_scale=0.3)  # no --obs-noise mult on the line
+    td3_huber.check_args(without_effect)  # not refused: on resume it is named as ignored (resumed_args) instead
+    with pytest.raises(ValueError, match="--obs-noise-scale changes nothing"):
+        td3_huber.check_args(td3_huber.Args(obs_noise_scale=0.3))  # a fresh run refuses it
+
+
+def test_a_resumed_optimizer_keeps_the_capturable_setting_it_was_built_with():
+    """A checkpoint of a run with CUDA graphs (capturable RAdam) resumed where the run trains eagerly (a CPU, or
+    --no-cudagraphs), and the reverse's state layout: the optimizer keeps its own setting and steps (load_state_dict
+    alone would take the checkpoint's capturable=True, which fails its first step on the CPU)."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 2)
+    built = torch.optim.RAdam(net.parameters(), lr=1e-3, foreach=True)
+    net(torch.randn(4, 3)).sum().backward()
+    built.step()
+    saved = built.state_dict()
+    for group in saved["param_groups"]:
+        group["capturable"] = True  # what a graphed GPU run saves
+    resumed = torch.optim.RAdam(net.parameters(), lr=1e-3, foreach=True)
+    setting = [group["capturable"] for group in resumed.param_groups]
+    resumed.load_state_dict(saved)
+    assert all(group["capturable"] for group in resumed.param_groups)  # what load_state_dict alone leaves
+    run_bookkeeping.keep_capturable(resumed, setting)
+    assert not any(group["capturable"] for group in resumed.param_groups)
+    assert all(state["step"].device.type == "cpu" for state in resumed.state.values())
+    net(torch.randn(4, 3)).sum().backward()
+    resumed.step()  # the first step after the resume runs
+    assert all(state["step"].item() == 2 for state in resumed.state.values())
+
+
+def test_evaluate_reads_a_model_saved_before_later_flags_existed(tmp_path):
+    """A model.pt whose args lack --dyn-noise-std and --matmul-precision (older scripts): the defaults stand in for the
+    one, full float32 (what such a run computed in) for the other; no KeyError."""
+    run_args = dataclasses.asdict(td3_huber.Args(env_id="PointMass-v0", hidden_dim=8))
+    del run_args["dyn_noise_std"], run_args["matmul_precision"]
+    model = {"script": "td3_huber.py", "args": run_args, "actor": td3_huber.Actor(7, 2, 8).state_dict()}
+    torch.save(model, tmp_path / "model.pt")
+    args = td3_huber.Args(evaluate=str(tmp_path))
+    run_args, saved = run_bookkeeping.read_saved_model(args, "td3_huber.py", ["--evaluate", str(tmp_path)])
+    assert run_args.dyn_noise_std is None and run_args.matmul_precision == "highest" and "actor" in saved
+
+
+def test_a_paper_id_with_capture_video_is_refused_for_its_id(tmp_path):
+    """--env-id Hopper-v2 --capture-video: the v2 id's own refusal (mujoco-py), not a rendering error."""
+    result = run_script_in_process("td3_huber.py", "--env-id", "Hopper-v2", "--capture-video", cwd=tmp_path)
+    lines = error_lines(result)
+    assert result.returncode == 1 and len(lines) == 1 and "Hopper-v2 needs mujoco-py" in lines[0], result.stderr

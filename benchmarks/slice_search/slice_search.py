@@ -15,7 +15,8 @@ exhaustive reference that does not depend on the searches:
 The reference per set pair is the best direction found by anything (so every fraction is <= 1). Reported per search:
 the batch-mean MMD^2 it reaches as a fraction of the batch-mean reference (what the loss sees), the median and 10th
 percentile of the per-pair fractions, the random start's fraction, the angle it turned (degrees), and its cost per
-critic update (eager and `--compile`d, at the run's batch size; the whole update's time beside it).
+critic update (eager and `--compile`d, at the run's batch size; the whole update's time beside it). The committed
+results.json holds the compiled timings only: its checkpoints were `--compile` runs, whose resume then kept compiling.
 
 Usage (one command; the checkpoints are the mujoco_cpu grid's, restored from git history by `--extract`):
     python benchmarks/slice_search/slice_search.py --extract
@@ -40,6 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(HERE))
 import sobolev_split  # noqa: E402 (benchmarks/: resume a checkpoint up to the training loop)
+from run_grid import write_probe_error  # noqa: E402
 
 GRID = "benchmarks/mujoco_cpu/grid/dsdpg_msmmd_sobolev"
 CHECKPOINTS = {  # name: (commit that holds it, path in that commit): DSDPG-MSMMD `--compile`, the grid's settings
@@ -330,9 +332,13 @@ def time_searches(args: Args, module, built: dict, one_update: tuple) -> dict:
 
 
 def write_outputs(results: list[dict], folder: str, args: Args) -> None:
+    """results.json (each checkpoint's numbers with the settings it was measured at), table.md, the page's table and
+    the figure."""
     os.makedirs(folder, exist_ok=True)
+    for result in results:
+        result.setdefault("measured_with", {k: v for k, v in vars(args).items() if k not in ("out", "checkpoints")})
     with open(os.path.join(folder, "results.json"), "w") as f:
-        json.dump({"args": vars(args), "results": results}, f, indent=1)
+        json.dump({"results": results}, f, indent=1)
     table = summary_table(results)
     with open(os.path.join(folder, "table.md"), "w") as f:
         f.write(table)
@@ -361,7 +367,7 @@ def summary_table(results: list[dict]) -> str:
             "[min, max] over the checkpoints:",
             "",
             "| search | steps | batch-mean fraction | pair median | pair 10th pct | angle turned (deg) "
-            "| ms / update, compiled (eager) |",
+            "| ms / update, compiled (eager, where measured) |",
             "|---|---:|---|---:|---:|---:|---:|",
         ]
         start = [r["random_start"]["batch_mean_fraction"] for r in group]
@@ -374,8 +380,8 @@ def summary_table(results: list[dict]) -> str:
             cost = ""
             if timing:
                 compiled = np.median([t["search"][f"compile:{optimizer}:{row['steps']}"] for t in timing]) * 1e3
-                eager = np.median([t["search"][f"eager:{optimizer}:{row['steps']}"] for t in timing]) * 1e3
-                cost = f"{compiled:.1f} ({eager:.1f})"
+                eager = [t["search"].get(f"eager:{optimizer}:{row['steps']}") for t in timing]
+                cost = f"{compiled:.1f}" + (f" ({np.median(eager) * 1e3:.1f})" if None not in eager else "")
             lines.append(
                 f"| {row['search'].replace(':', ' lr ')} | {row['steps']} "
                 f"| {stat([p['batch_mean_fraction'] for p in picked])} "
@@ -386,10 +392,10 @@ def summary_table(results: list[dict]) -> str:
         timing = [r["timing"] for r in group if "timing" in r]
         if timing:
             compiled = np.median([t["update"]["compile"] for t in timing]) * 1e3
-            eager = np.median([t["update"]["eager"] for t in timing]) * 1e3
+            eager = [t["update"].get("eager") for t in timing]
+            eager_cell = f" ({np.median(eager) * 1e3:.1f})" if None not in eager else ""
             lines.append(
-                "| the whole critic update (the run's search, Adam 100 steps) | | | | | "
-                f"| {compiled:.1f} ({eager:.1f}) |"
+                f"| the whole critic update (the run's search, Adam 100 steps) | | | | | | {compiled:.1f}{eager_cell} |"
             )
         lines.append("")
     return "\n".join(lines)
@@ -494,10 +500,23 @@ def main(args: Args) -> None:
         fail(f"unknown checkpoint {unknown[0]!r} (known: {', '.join(CHECKPOINTS)})")
     for search in args.searches:
         optimizer, _, lr = search.partition(":")
-        if optimizer not in ("adam", "ascent") or not lr or not float(lr) > 0:
+        try:
+            ok = optimizer in ("adam", "ascent") and math.isfinite(float(lr)) and float(lr) > 0
+        except ValueError:
+            ok = False
+        if not ok:
             fail(f"--searches takes OPTIMIZER:LR with OPTIMIZER adam or ascent and LR > 0 (got {search!r})")
+    if args.batches < 1 or args.restarts < 1 or args.reference_steps < 1 or args.grid < 2 or args.time_repeats < 0:
+        fail("--batches, --restarts and --reference-steps must be >= 1, --grid >= 2, --time-repeats >= 0")
+    if not args.steps or min(args.steps) < 1:
+        fail("--steps takes search lengths >= 1")
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
+        try:
+            os.makedirs(args.out, exist_ok=True)
+        except OSError as error:
+            fail(f"--out {args.out}: cannot write there ({error.strerror or error})")
+        if reason := write_probe_error(args.out):
+            fail(f"--out {args.out}: cannot write there ({reason})")
     torch.set_num_threads(1)
     results, saved = [], os.path.join(args.out or "", "results.json")
     if args.out and os.path.isfile(saved):  # a stopped measurement goes on: the checkpoints it finished are kept
