@@ -23,3 +23,41 @@ def test_two_groups_separate_when_cis_are_apart_or_every_run_is_above():
     assert tables.separation([1.0, 5.0, 9.0], [2.0, 6.0, 8.0]) == "not separable"
     assert tables.separation([4.0, 5.0, 100.0], [1.0, 2.0, 3.0]) == "above"  # every run above, whatever the CIs
     assert tables.separation([], [1.0]) == "-"
+
+
+def summary(name: str, env: str, seed: int, final: float, nauc: float) -> dict:
+    return {"script": name, "env": env, "seed": seed, "final_eval_return": final, "nauc": nauc, "eval_returns": []}
+
+
+def test_readme_rows_and_status_count_this_grids_finished_runs(monkeypatch):
+    """A row per group in the README's columns: a finished group's median with its seed count, "-" where a planned
+    group has no finished run on the task, empty where the grid never runs it; the status counts runs of 21."""
+    assert len(tables.planned()) == 7
+    monkeypatch.setitem(tables._loaded, tables.NEW, [])
+    assert tables.finished() == (0, 21)
+    runs = [summary("mmd_critic_trunc10", tables.IDP, seed, 9000.0 + seed, 5000.0) for seed in (1, 2)]
+    runs += [summary("mmd_critic_trunc10", tables.IDP, 4, 0.0, 0.0)]  # a seed outside 1-3: not counted
+    runs += [summary("dsdpg_msmmd_adam0.3x30", tables.HC, 1, 4321.4, 2000.0)]
+    monkeypatch.setitem(tables._loaded, tables.NEW, runs)
+    assert tables.finished() == (3, 21)
+    assert tables.status_line().startswith("**Status: running, 3 of 21 runs finished**")
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in tables.readme_rows().splitlines()[4:] if line}
+    assert rows["MMD critic `--truncation 10`"][0] == f"{tables.cell([9001.0, 9002.0])} (2)"
+    assert rows["MMD critic `--truncation 10`"][1].startswith("5 000 [5 000, 5 000] (2)")
+    assert rows["MMD critic `--truncation 10`"][2] == " |"  # HalfCheetah: not in the grid
+    assert rows["DSDPG-MSMMD `--slice-lr 0.3 --slice-steps 30`"] == ["-", "-", "4 321 [4 321, 4 321] (1) |"]
+    assert rows["DSDPG-MMD `--truncation 10`"][:2] == ["-", "-"]
+
+
+def test_written_refuses_a_file_without_its_markers(tmp_path):
+    page = tmp_path / "README.md"
+    begin, end = tables.marker("status")
+    page.write_text(f"head\n{begin}\nold\n{end}\ntail\n")
+    assert tables.written(str(page), {"status": "new\n"}) == f"head\n{begin}\nnew\n{end}\ntail\n"
+    page.write_text(f"head\n{end}\n{begin}\n")  # in the wrong order
+    try:
+        tables.written(str(page), {"status": "new\n"})
+    except SystemExit as error:
+        assert "lacks the markers of status" in str(error)
+    else:
+        raise AssertionError("a file without the status markers was written")

@@ -5,9 +5,12 @@ bootstrap, 2 000 resamples, seed 0), on IDP the runs that solve it (an evaluatio
 evaluation below HELD after the first solve, as mujoco_cpu/stability.md counts), and per compared pair whether they
 separate: CIs apart, or every run of one above every run of the other, in final return and in nAUC.
 
+The README's rows of this grid's groups (a row per group, the mujoco_cpu table's columns) and the page's status line
+(runs finished) come from the same summaries.
+
 Usage:
     python benchmarks/mujoco_questions/tables.py            # prints the tables
-    python benchmarks/mujoco_questions/tables.py --write    # and writes them and curves.png into the page
+    python benchmarks/mujoco_questions/tables.py --write    # and writes them into the page and README, and curves.png
 """
 
 import os
@@ -22,6 +25,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import aggregate  # noqa: E402
 
 PAGE = os.path.join(HERE, "README.md")
+README = os.path.join(os.path.dirname(os.path.dirname(HERE)), "README.md")
 NEW, OLD = os.path.join(HERE, "grid"), os.path.join(os.path.dirname(HERE), "mujoco_cpu", "grid")
 SEEDS = (1, 2, 3)
 SOLVED, HELD = 9350.0, 9000.0
@@ -72,10 +76,25 @@ QUESTIONS = {  # id: (env, [(row label, grid, exp_name)], [(new row, compared ro
 }
 
 
+README_NAMES = {
+    "dsdpg_msmmd_adam0.3x30": "DSDPG-MSMMD `--slice-lr 0.3 --slice-steps 30`",
+    "dsdpg_mmd_trunc10": "DSDPG-MMD `--truncation 10`",
+    "mmd_critic_trunc10": "MMD critic `--truncation 10`",
+    "dsdpg_mmd_lr1e-4": "DSDPG-MMD at lr 1e-4",
+    "mmd_critic_lr1e-4": "MMD critic at lr 1e-4",
+    "td3_huber_lr1e-4": "TD3 (Dyna) at lr 1e-4",
+}
+"""this grid's groups (their --exp-name) as the README names them, in its row order"""
+README_COLUMNS = [(IDP, "final_eval_return", "IDP final return"), (IDP, "nauc", "IDP nAUC")]
+README_COLUMNS += [(HC, "final_eval_return", "HalfCheetah final return")]
+"""the README's columns, those of the mujoco_cpu table it sits under"""
+
+
 @dataclass
 class Args:
     write: bool = False
-    """write each question's table into README.md (between its markers) and the figure to curves.png"""
+    """write the tables and the status line into the page, the rows into README.md (each between its markers) and
+    the figure to curves.png"""
 
 
 def runs_of(grid: str, exp_name: str, env: str) -> list[dict]:
@@ -188,25 +207,74 @@ def plot(path: str) -> None:
     plt.close(fig)
 
 
+def planned() -> list[tuple[str, str]]:
+    """(exp_name, env) of every group this grid runs, each once."""
+    groups = [(name, env) for env, rows, _ in QUESTIONS.values() for _, grid, name in rows if grid == NEW]
+    return list(dict.fromkeys(groups))
+
+
+def finished() -> tuple[int, int]:
+    """(runs finished, runs planned) of this grid."""
+    return sum(len(runs_of(NEW, name, env)) for name, env in planned()), len(planned()) * len(SEEDS)
+
+
+def status_line() -> str:
+    done, total = finished()
+    state = "complete" if done == total else "running"
+    return f"**Status: {state}, {done} of {total} runs finished** (the tables show the finished runs).\n"
+
+
+def readme_rows() -> str:
+    """A sentence and a table: a row per group of this grid, in the mujoco_cpu README table's columns, "-" where a
+    group's runs on a task have not finished yet."""
+    done, total = finished()
+    state = "complete" if done == total else f"running, {done} of {total} runs finished"
+    lines = [
+        'Issue 69\'s variants of these methods at the same settings and seeds 1-3 ("-": not finished yet)',
+        f"([mujoco_questions](benchmarks/mujoco_questions/README.md), {state}):",
+        "",
+        "| variant (median [95 % CI], seeds) | " + " | ".join(label for _, _, label in README_COLUMNS) + " |",
+        "|---|" + "---|" * len(README_COLUMNS),
+    ]
+    for name, label in README_NAMES.items():
+        cells = []
+        for env, metric, _ in README_COLUMNS:
+            runs = runs_of(NEW, name, env)
+            cells.append(f"{cell([run[metric] for run in runs])} ({len(runs)})" if runs else "")
+            cells[-1] = cells[-1] or ("-" if (name, env) in planned() else "")
+        lines.append("| " + " | ".join([label, *cells]) + " |")
+    return "\n".join(lines) + "\n\n"
+
+
 def marker(key: str) -> tuple[str, str]:
-    return f"<!-- table {key}: tables.py writes this -->", f"<!-- end of table {key} -->"
+    return f"<!-- {key}: tables.py writes this -->", f"<!-- end of {key} -->"
+
+
+def written(path: str, blocks: dict[str, str]) -> str:
+    """The text of `path` with each block written between its markers; refuses a file without them."""
+    with open(path) as f:
+        text = f.read()
+    for key, block in blocks.items():
+        begin, end = marker(key)
+        if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+            raise SystemExit(f"tables.py: error: {os.path.relpath(path)} lacks the markers of {key} ({begin})")
+        text = text[: text.index(begin) + len(begin)] + "\n" + block + text[text.index(end) :]
+    return text
 
 
 def main(args: Args) -> None:
-    tables = {key: question_table(key) for key in QUESTIONS}
+    tables = {f"table {key}": question_table(key) for key in QUESTIONS}
     for key, table in tables.items():
         print(f"## {key}\n\n{table}")
+    rows = readme_rows()
+    print(f"## README\n\n{rows}")
     if not args.write:
         return
-    with open(PAGE) as f:
-        text = f.read()
-    for key, table in tables.items():
-        begin, end = marker(key)
-        if text.count(begin) != 1 or text.count(end) != 1:
-            raise SystemExit(f"tables.py: error: {PAGE} lacks the markers of table {key}")
-        text = text[: text.index(begin) + len(begin)] + "\n" + table + text[text.index(end) :]
-    with open(PAGE, "w") as f:
-        f.write(text)
+    page = written(PAGE, {"status": status_line(), **tables})
+    readme = written(README, {"issue 69's rows": rows})  # both checked before either is written
+    for path, text in ((PAGE, page), (README, readme)):
+        with open(path, "w") as f:
+            f.write(text)
     plot(os.path.join(HERE, "curves.png"))
 
 
