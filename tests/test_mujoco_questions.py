@@ -61,3 +61,17 @@ def test_written_refuses_a_file_without_its_markers(tmp_path):
         assert "lacks the markers of status" in str(error)
     else:
         raise AssertionError("a file without the status markers was written")
+
+
+def test_cost_table_prices_each_group_by_its_timing_row_and_sums_what_finished_runs_paid(monkeypatch):
+    """Planned hours: the cost file's ms per step x the learning steps; paid: the finished runs' wall time."""
+    ms = tables.step_ms("mmd_critic_trunc10", tables.IDP)
+    plan = ms * 20_000 / 3.6e6
+    run = summary("mmd_critic_trunc10", tables.IDP, 1, 9360.0, 5800.0) | {"wall_time_s": 2 * plan * 3600}
+    monkeypatch.setitem(tables._loaded, tables.NEW, [run])
+    lines = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in tables.cost_table().splitlines()[2:]}
+    row = lines["b. MMD critic, truncation 10 %"]
+    assert row[:3] == [f"{ms:.1f}", "20 000", f"{plan:.1f} h"] and row[4:] == [f"{2 * plan:.1f} h", "2.00 |"]
+    assert lines["d. MMD critic, lr 1e-4"][0] == f"{ms:.1f}"  # the learning rate changes no operation's size
+    assert lines["b. DSDPG-MMD, truncation 10 %"][4:] == ["-", "- |"]
+    assert lines["all"][-1] == "2.00 |"

@@ -13,6 +13,7 @@ Usage:
     python benchmarks/mujoco_questions/tables.py --write    # and writes them into the page and README, and curves.png
 """
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -246,6 +247,62 @@ def readme_rows() -> str:
     return "\n".join(lines) + "\n\n"
 
 
+COST = {  # exp_name: the cost file's row that prices it
+    "dsdpg_msmmd_adam0.3x30": "dsdpg_msmmd_sobolev@wm_hidden_dim=256,compile=true,slice_lr=0.3,slice_steps=30",
+    "mmd_critic_trunc10": "mmd_critic@wm_hidden_dim=256,truncation=10",
+    "dsdpg_mmd_trunc10": "dsdpg_mmd_sobolev@wm_hidden_dim=256,truncation=10",
+    "td3_huber_lr1e-4": "td3_huber@wm_hidden_dim=256",
+    "mmd_critic_lr1e-4": "mmd_critic@wm_hidden_dim=256,truncation=10",  # the learning rate costs nothing
+    "dsdpg_mmd_lr1e-4": "dsdpg_mmd_sobolev@wm_hidden_dim=256,truncation=10",
+}
+"""the cost plan's timing row of each group (benchmarks/timing.py, cost/*.json); the truncation's dose and the
+learning rate change no operation's size, so a group at lr 1e-4 is priced by its method's row"""
+COST_FILES = {
+    IDP: os.path.join(HERE, "cost", "idp_timing.json"),
+    HC: os.path.join(HERE, "cost", "halfcheetah_timing.json"),
+}
+LEARNING_STEPS = {IDP: 20_000, HC: 145_000}
+"""env steps once learning has started (the grid's 25 000 / 150 000 less its 5 000 random steps)"""
+
+
+def step_ms(name: str, env: str) -> float:
+    """The cost plan's ms per env step once learning has started (the group's timing row)."""
+    with open(COST_FILES[env]) as f:
+        rows = {row["script"]: row for row in json.load(f)["rows"]}
+    return rows[COST[name]]["ms_per_iteration"]
+
+
+def hours(value: float) -> str:
+    return f"{value:.1f} h"
+
+
+def cost_table() -> str:
+    """Per group: the plan (ms per step once learning has started, learning steps, hours for one run and for three
+    seeds), the hours each finished run took (its summary's wall_time_s, which sums its resumed parts) and their ratio
+    to the plan; then the grid's total so far against the plan."""
+    header = ["group", "ms / step", "learning steps", "planned: one run", "three seeds", "paid: finished runs"]
+    header += ["paid / planned"]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    planned_total = paid_total = planned_done = 0.0
+    for key, (env, rows, _) in QUESTIONS.items():
+        for label, grid, name in rows:
+            if grid != NEW:
+                continue
+            ms, steps = step_ms(name, env), LEARNING_STEPS[env]
+            plan = ms * steps / 3.6e6
+            paid = [run["wall_time_s"] / 3600 for run in runs_of(NEW, name, env)]
+            planned_total += 3 * plan
+            paid_total += sum(paid)
+            planned_done += plan * len(paid)
+            each = ", ".join(hours(value) for value in paid) or "-"
+            ratio = f"{sum(paid) / (plan * len(paid)):.2f}" if paid else "-"
+            cells = [f"{key}. {label}", f"{ms:.1f}", whole(steps), hours(plan), hours(3 * plan), each, ratio]
+            lines.append("| " + " | ".join(cells) + " |")
+    ratio = f"{paid_total / planned_done:.2f}" if planned_done else "-"
+    lines.append(f"| all | | | | {hours(planned_total)} | {hours(paid_total)} | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
 def marker(key: str) -> tuple[str, str]:
     return f"<!-- {key}: tables.py writes this -->", f"<!-- end of {key} -->"
 
@@ -268,9 +325,11 @@ def main(args: Args) -> None:
         print(f"## {key}\n\n{table}")
     rows = readme_rows()
     print(f"## README\n\n{rows}")
+    cost = cost_table()
+    print(f"## cost\n\n{cost}")
     if not args.write:
         return
-    page = written(PAGE, {"status": status_line(), **tables})
+    page = written(PAGE, {"status": status_line(), **tables, "cost": cost})
     readme = written(README, {"issue 69's rows": rows})  # both checked before either is written
     for path, text in ((PAGE, page), (README, readme)):
         with open(path, "w") as f:
