@@ -1,5 +1,6 @@
 """benchmarks/mujoco_questions/tables.py: what it counts as solved and kept, and when it calls two groups apart."""
 
+import pytest
 from helpers import load_benchmark
 
 tables = load_benchmark("mujoco_questions/tables")
@@ -75,3 +76,15 @@ def test_cost_table_prices_each_group_by_its_timing_row_and_sums_what_finished_r
     assert lines["d. MMD critic, lr 1e-4"][0] == f"{ms:.1f}"  # the learning rate changes no operation's size
     assert lines["b. DSDPG-MMD, truncation 10 %"][4:] == ["-", "- |"]
     assert lines["all"][-1] == "2.00 |"
+
+
+@pytest.mark.slow  # reads every mujoco_cpu summary and bootstraps each cell: ~10-20 s
+def test_the_page_and_the_readme_hold_what_tables_py_makes_of_the_committed_runs():
+    """Every table, the status line and the README's rows are the tool's own: a summary committed without
+    `tables.py --write` fails here."""
+    page, readme = (open(path).read() for path in (tables.PAGE, tables.README))
+    hint = "run python benchmarks/mujoco_questions/tables.py --write"
+    for key in tables.QUESTIONS:
+        assert tables.question_table(key) in page, f"{tables.PAGE}'s table {key}: {hint}"
+    assert tables.status_line() in page and tables.cost_table() in page, f"{tables.PAGE}: {hint}"
+    assert tables.readme_rows() in readme, f"README.md's rows of issue 69's grid: {hint}"
