@@ -519,6 +519,13 @@ def evaluate_saved_model(args, saved: dict, actor: nn.Module, env: gym.Env) -> N
     except (RuntimeError, KeyError) as error:
         fail(script_name, f"cannot evaluate {args.evaluate!r}: {' '.join(str(error).split())}")
     path, prefix = evaluation_outputs(run_dir)
+
+    def stop_while_evaluating(signum: int, frame: object) -> NoReturn:
+        name, stop = os.path.basename(sys.argv[0]), signal.Signals(signum).name
+        print(f"{name}: stopped by {stop} while evaluating; {os.path.basename(path)} not written", file=sys.stderr)
+        raise SystemExit(128 + signum)
+
+    on_stop_signals(stop_while_evaluating)
     if args.capture_video:
         from flag_extras import record_video
 

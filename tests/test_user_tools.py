@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import run_bookkeeping
@@ -143,6 +144,24 @@ def test_evaluate_reproduces_the_final_evaluation_and_refuses_other_models(tmp_p
         result = run_script_in_process(script, "--evaluate", str(run_dir / "model.pt"), *flags, cwd=tmp_path)
         lines = error_lines(result)
         assert result.returncode == 1 and len(lines) == 1 and message in lines[0], result.stderr
+
+
+@pytest.mark.slow
+def test_a_stop_while_evaluating_says_so_and_writes_nothing(tmp_path, monkeypatch):
+    """Ctrl-C during --evaluate's episodes: one line that names the evaluation (not "while starting"), exit status 130,
+    no evaluation.json."""
+    run_dir = train(tmp_path, "--total-timesteps", "250", "--eval-frequency", "250", "--save-model")
+
+    def interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)  # the handler runs
+        raise AssertionError("the handler did not stop the evaluation")
+
+    monkeypatch.setattr(run_bookkeeping, "evaluate", interrupted)
+    result = run_script_in_process("td3_huber.py", "--evaluate", str(run_dir), cwd=tmp_path)
+    assert result.returncode == 130, result.stderr
+    assert error_lines(result) == ["td3_huber.py: stopped by SIGINT while evaluating; evaluation.json not written"]
+    assert not (run_dir / "evaluation.json").exists()
 
 
 @pytest.mark.slow
