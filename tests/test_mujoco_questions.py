@@ -1,5 +1,7 @@
 """benchmarks/mujoco_questions/tables.py: what it counts as solved and kept, and when it calls two groups apart."""
 
+import json
+
 import pytest
 from helpers import load_benchmark
 
@@ -84,7 +86,17 @@ def test_the_page_and_the_readme_hold_what_tables_py_makes_of_the_committed_runs
     `tables.py --write` fails here."""
     page, readme = (open(path).read() for path in (tables.PAGE, tables.README))
     hint = "run python benchmarks/mujoco_questions/tables.py --write"
-    for key in tables.QUESTIONS:
-        assert tables.question_table(key) in page, f"{tables.PAGE}'s table {key}: {hint}"
-    assert tables.status_line() in page and tables.cost_table() in page, f"{tables.PAGE}: {hint}"
+    for key, block in tables.page_blocks().items():
+        begin, end = tables.marker(key)
+        assert f"{begin}\n{block}{end}" in page, f"{tables.PAGE}'s {key}: {hint}"
     assert tables.readme_rows() in readme, f"README.md's rows of issue 69's grid: {hint}"
+
+
+def test_slice_gain_line_ranges_each_searching_runs_interval_medians(monkeypatch, tmp_path):
+    logged = {"tags": {"losses/slice_gain": {"steps": [10, 20, 30], "median": [3.204, 4.9, 4.1]}}}
+    (tmp_path / "summary.json").write_text(json.dumps({"logged": logged}))
+    run = summary(tables.SEARCHING, tables.HC, 2, 4000.0, 2000.0) | {"run_dir": str(tmp_path)}
+    monkeypatch.setitem(tables._loaded, tables.NEW, [run])
+    line = tables.slice_gain_line(tables.HC)
+    assert "evaluation interval): seed 2 3.20-4.90;" in line and tables.PAPER_GAIN[tables.HC] in line
+    assert "interval): -;" in tables.slice_gain_line(tables.IDP)  # no run there yet

@@ -175,6 +175,31 @@ def question_table(key: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+SEARCHING = "dsdpg_msmmd_adam0.3x30"
+PAPER_GAIN = {
+    HC: "1.04-1.09 ([seed 3](../mujoco_cpu/diagnosis.md#slicing-and-contraction))",
+    IDP: "1.008-1.020 ([seeds 1-5](../mujoco_cpu/diagnosis.md#contraction-and-slicing))",
+}
+"""the paper's search's slice gain in the mujoco_cpu runs, where diagnosis.md quotes it (their events are gone)"""
+
+
+def slice_gain_line(env: str) -> str:
+    """The slice gain (MSMMD^2 on the slice the search found over that on its random start) this grid's searching
+    DSDPG-MSMMD runs logged: per run, the smallest and largest interval median (logged_diagnostics.py --save's
+    `logged`), beside the paper's search's in mujoco_cpu."""
+    ranges = []
+    for run in runs_of(NEW, SEARCHING, env):
+        with open(os.path.join(run["run_dir"], "summary.json")) as f:
+            tags = json.load(f).get("logged", {}).get("tags", {})
+        if medians := tags.get("losses/slice_gain", {}).get("median"):
+            ranges.append(f"seed {run['seed']} {min(medians):.2f}-{max(medians):.2f}")
+    found = ", ".join(ranges) or "-"
+    return (
+        "- Slice gain, MSMMD^2 on the slice found over that on its random start (the range of its medians per\n"
+        f"  evaluation interval): {found};\n  the paper's search: {PAPER_GAIN[env]}.\n"
+    )
+
+
 COLOURS = {"DSDPG-MSMMD": "tab:blue", "DSDPG-MMD": "tab:orange", "MMD critic": "tab:green", "TD3": "tab:red"}
 """a method's colour in every panel; this grid's groups solid, mujoco_cpu's dashed"""
 
@@ -319,17 +344,22 @@ def written(path: str, blocks: dict[str, str]) -> str:
     return text
 
 
+def page_blocks() -> dict[str, str]:
+    """What tables.py writes into the page, by its markers' names: the status line, each question's table (with the
+    slice gain under those of the searching slice) and the cost table."""
+    blocks = {"status": status_line()}
+    for key, (env, _, _) in QUESTIONS.items():
+        blocks[f"table {key}"] = question_table(key) + (slice_gain_line(env) if key in ("a", "c") else "")
+    return blocks | {"cost": cost_table()}
+
+
 def main(args: Args) -> None:
-    tables = {f"table {key}": question_table(key) for key in QUESTIONS}
-    for key, table in tables.items():
-        print(f"## {key}\n\n{table}")
-    rows = readme_rows()
-    print(f"## README\n\n{rows}")
-    cost = cost_table()
-    print(f"## cost\n\n{cost}")
+    blocks, rows = page_blocks(), readme_rows()
+    for key, block in [*blocks.items(), ("README", rows)]:
+        print(f"## {key}\n\n{block}")
     if not args.write:
         return
-    page = written(PAGE, {"status": status_line(), **tables, "cost": cost})
+    page = written(PAGE, blocks)
     readme = written(README, {"issue 69's rows": rows})  # both checked before either is written
     for path, text in ((PAGE, page), (README, readme)):
         with open(path, "w") as f:
