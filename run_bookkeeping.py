@@ -43,12 +43,17 @@ def on_stop_signals(handler: Callable) -> None:
             signal.signal(signum, handler)
 
 
-def stop_while_starting(signum: int, frame: object) -> NoReturn:
-    """A stop before the training loop (the imports' seconds, the checks, the envs, the networks): one line, exit status
-    128 + the signal's number; a fresh run's folder, still empty, is removed at exit (`Run`)."""
+def stop_while(doing: str, lost: str, signum: int, frame: object) -> NoReturn:
+    """A stop outside the training loop: one line naming what it interrupted and what is lost, exit status 128 + the
+    signal's number."""
     name = os.path.basename(sys.argv[0])
-    print(f"{name}: stopped by {signal.Signals(signum).name} while starting; no step was run", file=sys.stderr)
+    print(f"{name}: stopped by {signal.Signals(signum).name} while {doing}; {lost}", file=sys.stderr)
     raise SystemExit(128 + signum)
+
+
+stop_while_starting = partial(stop_while, "starting", "no step was run")
+"""A stop before the training loop (the imports' seconds, the checks, the envs, the networks); a fresh run's folder,
+still empty, is removed at exit (`Run`)."""
 
 
 _main_file = getattr(sys.modules["__main__"], "__file__", None)  # None: a REPL, `python -c`, a notebook
@@ -519,13 +524,7 @@ def evaluate_saved_model(args, saved: dict, actor: nn.Module, env: gym.Env) -> N
     except (RuntimeError, KeyError) as error:
         fail(script_name, f"cannot evaluate {args.evaluate!r}: {' '.join(str(error).split())}")
     path, prefix = evaluation_outputs(run_dir)
-
-    def stop_while_evaluating(signum: int, frame: object) -> NoReturn:
-        name, stop = os.path.basename(sys.argv[0]), signal.Signals(signum).name
-        print(f"{name}: stopped by {stop} while evaluating; {os.path.basename(path)} not written", file=sys.stderr)
-        raise SystemExit(128 + signum)
-
-    on_stop_signals(stop_while_evaluating)
+    on_stop_signals(partial(stop_while, "evaluating", f"{os.path.basename(path)} not written"))
     if args.capture_video:
         from flag_extras import record_video
 

@@ -37,12 +37,12 @@ def test_readme_rows_and_status_count_this_grids_finished_runs(monkeypatch):
     group has no finished run on the task, empty where the grid never runs it; the status counts runs of 21."""
     assert len(tables.planned()) == 7
     monkeypatch.setitem(tables._loaded, tables.NEW, [])
-    assert tables.finished() == (0, 21)
+    assert tables.progress() == "running, 0 of 21 runs finished"
     runs = [summary("mmd_critic_trunc10", tables.IDP, seed, 9000.0 + seed, 5000.0) for seed in (1, 2)]
     runs += [summary("mmd_critic_trunc10", tables.IDP, 4, 0.0, 0.0)]  # a seed outside 1-3: not counted
     runs += [summary("dsdpg_msmmd_adam0.3x30", tables.HC, 1, 4321.4, 2000.0)]
     monkeypatch.setitem(tables._loaded, tables.NEW, runs)
-    assert tables.finished() == (3, 21)
+    assert tables.progress() == "running, 3 of 21 runs finished"
     assert tables.status_line().startswith("**Status: running, 3 of 21 runs finished**")
     rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in tables.readme_rows().splitlines()[4:] if line}
     assert rows["MMD critic `--truncation 10`"][0] == f"{tables.cell([9001.0, 9002.0])} (2)"

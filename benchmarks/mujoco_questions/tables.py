@@ -13,6 +13,7 @@ Usage:
     python benchmarks/mujoco_questions/tables.py --write    # and writes them into the page and README, and curves.png
 """
 
+import functools
 import json
 import os
 import sys
@@ -239,25 +240,23 @@ def planned() -> list[tuple[str, str]]:
     return list(dict.fromkeys(groups))
 
 
-def finished() -> tuple[int, int]:
-    """(runs finished, runs planned) of this grid."""
-    return sum(len(runs_of(NEW, name, env)) for name, env in planned()), len(planned()) * len(SEEDS)
+def progress() -> str:
+    """'complete', or 'running, N of 21 runs finished'."""
+    done = sum(len(runs_of(NEW, name, env)) for name, env in planned())
+    total = len(planned()) * len(SEEDS)
+    return "complete" if done == total else f"running, {done} of {total} runs finished"
 
 
 def status_line() -> str:
-    done, total = finished()
-    state = "complete" if done == total else "running"
-    return f"**Status: {state}, {done} of {total} runs finished** (the tables show the finished runs).\n"
+    return f"**Status: {progress()}** (the tables show the finished runs).\n"
 
 
 def readme_rows() -> str:
     """A sentence and a table: a row per group of this grid, in the mujoco_cpu README table's columns, "-" where a
     group's runs on a task have not finished yet."""
-    done, total = finished()
-    state = "complete" if done == total else f"running, {done} of {total} runs finished"
     lines = [
         'Issue 69\'s variants of these methods at the same settings and seeds 1-3 ("-": not finished yet)',
-        f"([mujoco_questions](benchmarks/mujoco_questions/README.md), {state}):",
+        f"([mujoco_questions](benchmarks/mujoco_questions/README.md), {progress()}):",
         "",
         "| variant (median [95 % CI], seeds) | " + " | ".join(label for _, _, label in README_COLUMNS) + " |",
         "|---|" + "---|" * len(README_COLUMNS),
@@ -266,8 +265,8 @@ def readme_rows() -> str:
         cells = []
         for env, metric, _ in README_COLUMNS:
             runs = runs_of(NEW, name, env)
-            cells.append(f"{cell([run[metric] for run in runs])} ({len(runs)})" if runs else "")
-            cells[-1] = cells[-1] or ("-" if (name, env) in planned() else "")
+            empty = "-" if (name, env) in planned() else ""
+            cells.append(f"{cell([run[metric] for run in runs])} ({len(runs)})" if runs else empty)
         lines.append("| " + " | ".join([label, *cells]) + " |")
     return "\n".join(lines) + "\n\n"
 
@@ -290,6 +289,7 @@ LEARNING_STEPS = {IDP: 20_000, HC: 145_000}
 """env steps once learning has started (the grid's 25 000 / 150 000 less its 5 000 random steps)"""
 
 
+@functools.cache
 def step_ms(name: str, env: str) -> float:
     """The cost plan's ms per env step once learning has started (the group's timing row)."""
     with open(COST_FILES[env]) as f:
