@@ -9,7 +9,6 @@ Usage, the choices the paper leaves open, the outputs and the flags: README.md.
 import copy
 import math
 import os
-import random
 from dataclasses import dataclass
 from typing import Literal
 
@@ -507,12 +506,8 @@ def main(args: Args) -> None:
         return
     run = run_bookkeeping.Run(__file__, args, saved, env, eval_env)  # its folder, memory check, videos, W&B
 
-    # TRY NOT TO MODIFY: seeding
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = True
-    torch.set_flush_denormal(True)  # CPU: floats below 1e-38 as 0 (each such operand costs ~100 cycles on x86; README)
+    # TRY NOT TO MODIFY: seeding (and denormal floats computed as 0 on a CPU: README)
+    run_bookkeeping.seed_everything(args.seed)
     device, cuda_graphs = run_bookkeeping.training_device(args)  # a GPU: CUDA graphs and TF32 matmuls by default
 
     obs_dim = env.observation_space.shape[0]
@@ -590,7 +585,6 @@ def main(args: Args) -> None:
         return actor_loss.detach()
 
     losses: dict[str, torch.Tensor] = {}
-    monitor_contraction = args.contraction_frequency > 0
     start_step = run.start(stateful, device)  # --resume: every state as saved
     obs, _ = env.reset(seed=args.seed if run.checkpoint is None else None)  # resumed: a fresh episode, RNG as saved
     if cuda_graphs:
@@ -613,11 +607,8 @@ def main(args: Args) -> None:
             run.log_episode(info, global_step)
 
             # TRY NOT TO MODIFY: save data to the replay buffer; next_obs is the true final observation at episode ends
-            obs_t = torch.as_tensor(obs, device=device)
-            action_t = torch.as_tensor(action, device=device)
-            next_obs_t = torch.as_tensor(next_obs, device=device)
-            rb.add(obs_t, action_t, float(reward), next_obs_t, terminated)
-            world_model.update_normaliser(obs_t, action_t, torch.tensor([float(reward)], device=device), next_obs_t)
+            transition = rb.add(obs, action, reward, next_obs, terminated)  # as device tensors (S,), (A,), (1,), (S,)
+            world_model.update_normaliser(*transition)
             obs = next_obs
 
             # ALGO LOGIC: world model training
@@ -643,18 +634,11 @@ def main(args: Args) -> None:
             run.check_finite(losses, global_step)  # the world model's warm-up steps too
             run.log_speed(global_step)
 
-            if (
-                monitor_contraction
-                and global_step >= args.learning_starts
-                and global_step % args.contraction_frequency == 0
-            ):
-                with torch.random.fork_rng(
-                    devices=[device] if device.type == "cuda" else []
-                ):  # training draws stay the same
+            if run.contraction_due(global_step):  # the world model's contraction, on a side RNG
+                with run.side_rng():
                     data = rb.sample(args.batch_size)
                     factors = contraction_factor(data.obs, data.actions, world_model, target_actor, args.gamma)  # (B,)
-                run.writer.add_scalar("charts/contraction_gamma_kappa", factors.median().item(), global_step)
-                run.writer.add_scalar("charts/contraction_gamma_kappa_max", factors.max().item(), global_step)
+                run.log_contraction(factors, global_step)
 
             run.evaluate_if_due(actor, global_step)
             if terminated or truncated:

@@ -4,7 +4,10 @@ saved whole in the run's checkpoint."""
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
+
+ArrayLike = np.ndarray | torch.Tensor
 
 
 class ReplayBatch(NamedTuple):
@@ -31,16 +34,21 @@ class ReplayBuffer:
         self.fill = torch.zeros((), dtype=torch.float64, device=device)  # self.size, on the device
 
     def add(
-        self, obs: torch.Tensor, action: torch.Tensor, reward: float, next_obs: torch.Tensor, terminated: bool
-    ) -> None:
+        self, obs: ArrayLike, action: ArrayLike, reward: float, next_obs: ArrayLike, terminated: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Store one transition (the env's arrays or tensors); return it as tensors on the buffer's device, obs (S,),
+        action (A,), reward (1,) and next_obs (S,), which is what a world model's normaliser takes."""
+        device = self.obs.device
+        obs, action, next_obs = (torch.as_tensor(x, device=device) for x in (obs, action, next_obs))
         self.obs[self.pos] = obs
         self.actions[self.pos] = action
-        self.rewards[self.pos] = reward
+        self.rewards[self.pos] = float(reward)
         self.next_obs[self.pos] = next_obs
         self.terminations[self.pos] = float(terminated)
         self.pos = (self.pos + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
         self.fill.fill_(self.size)
+        return obs, action, torch.tensor([float(reward)], device=device), next_obs
 
     def sample(self, batch_size: int) -> ReplayBatch:
         idx = (torch.rand(batch_size, dtype=torch.float64, device=self.obs.device) * self.fill).long()  # (B,) < size

@@ -1,8 +1,9 @@
 """A run's bookkeeping, the same in every RL script and no part of any algorithm, written once beside the scripts and
 imported by each (as CleanRL's scripts import `cleanrl_utils`): the checks of the flags every script has and of the
-env id, the run's settings (--resume and --evaluate: the saved run's), its folder, checkpoints (written and read), stop
-signals, the progress bar, the NaN guard, the evaluation of the policy and when it is due (--evaluate: of a saved
-one), `summary.json` and the CPU cost note.
+env id, the run's settings (--resume and --evaluate: the saved run's), the seeding, its folder, checkpoints (written
+and read), stop signals, the progress bar, the NaN guard, the evaluation of the policy and when it is due (--evaluate:
+of a saved one), when the contraction monitor is due (the script measures it, on `side_rng()`), `summary.json` and the
+CPU cost note.
 
 A script's `main()` holds its control: it checks its flags (`check_args`, which calls `check_flags` for those every
 script has), takes the run's settings (`run_settings`), makes its envs, evaluates a saved policy (--evaluate) or opens
@@ -19,6 +20,7 @@ import itertools
 import json
 import math
 import os
+import random
 import shutil
 import signal
 import sys
@@ -26,7 +28,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from dataclasses import asdict, fields, replace
 from functools import partial
 from typing import NoReturn
@@ -124,6 +126,16 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
     for ok, message in checks:
         if not ok:
             raise ValueError(message)
+
+
+def seed_everything(seed: int) -> None:
+    """CleanRL's seeding (Python's, numpy's and torch's RNGs; cuDNN deterministic), and denormal floats (below 1e-38)
+    computed as 0 on a CPU: each such operand costs ~100 cycles on x86, and they multiply exact zeros (README)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = True
+    torch.set_flush_denormal(True)
 
 
 def training_device(args) -> tuple[torch.device, bool]:
@@ -710,6 +722,22 @@ class Run:
         rng["cuda_rng"] = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
         states = {name: state.state_dict() for name, state in self.stateful.items()}
         return {"script": self.script_name, "args": asdict(self.args), **counters, **states, **rng}
+
+    def contraction_due(self, step: int) -> bool:
+        """Whether the contraction factor is measured at this step: every --contraction-frequency steps once learning
+        has started (0: never)."""
+        frequency = self.args.contraction_frequency
+        return frequency > 0 and step >= self.args.learning_starts and step % frequency == 0
+
+    def side_rng(self) -> AbstractContextManager:
+        """A fork of torch's RNGs (the CPU's and the training GPU's): what is drawn inside leaves training's draws as
+        they would have been without it."""
+        return torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
+
+    def log_contraction(self, factors: torch.Tensor, step: int) -> None:
+        """The contraction factors gamma kappa of a batch (B,): their median and their largest."""
+        self.writer.add_scalar("charts/contraction_gamma_kappa", factors.median().item(), step)
+        self.writer.add_scalar("charts/contraction_gamma_kappa_max", factors.max().item(), step)
 
     def log_episode(self, info: dict, step: int) -> None:
         if "episode" in info:
