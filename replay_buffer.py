@@ -36,10 +36,10 @@ class ReplayBuffer:
     def add(
         self, obs: ArrayLike, action: ArrayLike, reward: float, next_obs: ArrayLike, terminated: bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Store one transition (the env's arrays or tensors); return it as tensors on the buffer's device, obs (S,),
-        action (A,), reward (1,) and next_obs (S,), which is what a world model's normaliser takes."""
-        device = self.obs.device
-        obs, action, next_obs = (torch.as_tensor(x, device=device) for x in (obs, action, next_obs))
+        """Store one transition (the env's arrays or tensors); return the row stored, as the buffer's float32 tensors
+        on its device, obs (S,), action (A,), reward (1,) and next_obs (S,): what a world model's normaliser takes."""
+        device, dtype = self.obs.device, self.obs.dtype
+        obs, action, next_obs = (torch.as_tensor(x, dtype=dtype, device=device) for x in (obs, action, next_obs))
         self.obs[self.pos] = obs
         self.actions[self.pos] = action
         self.rewards[self.pos] = float(reward)
@@ -48,7 +48,7 @@ class ReplayBuffer:
         self.pos = (self.pos + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
         self.fill.fill_(self.size)
-        return obs, action, torch.tensor([float(reward)], device=device), next_obs
+        return obs, action, torch.tensor([float(reward)], dtype=dtype, device=device), next_obs
 
     def sample(self, batch_size: int) -> ReplayBatch:
         idx = (torch.rand(batch_size, dtype=torch.float64, device=self.obs.device) * self.fill).long()  # (B,) < size

@@ -5,13 +5,13 @@ and read), stop signals, the progress bar, the NaN guard, the evaluation of the 
 of a saved one), when the contraction monitor is due (the script measures it, on `side_rng()`), `summary.json` and the
 CPU cost note.
 
-A script's `main()` holds its control: it checks its flags (`check_args`, which calls `check_flags` for those every
-script has), takes the run's settings (`run_settings`), makes its envs, evaluates a saved policy (--evaluate) or opens
-its `Run` with those values, builds its networks, optimizers and replay buffer, calls `run.start(...)` and runs its
-loop `for global_step in run.progress_bar(range(start_step, args.total_timesteps))` from the step that returns,
-calling the `Run` methods it names. The module is handed values only, never a script's function or class; it runs no
-algorithm code and imports no script; it imports flag_extras.py (which imports nothing of the project) under --track
-and --capture-video.
+A script's `main()` holds its control: it checks its flags (`check_args`, which calls `check_finite_flags`, then
+`check_flags` for those every script has), takes the run's settings (`run_settings`), makes its envs, evaluates a saved
+policy (--evaluate) or opens its `Run` with those values, seeds (`seed_everything`), builds its networks, optimizers
+and replay buffer, calls `run.start(...)` and runs its loop `for global_step in run.progress_bar(range(start_step,
+args.total_timesteps))` from the step that returns, calling the `Run` methods it names. The module is handed values
+only (a script's own checks as a list), never a script's function or class; it runs no algorithm code and imports no
+script; it imports flag_extras.py (which imports nothing of the project) under --track and --capture-video.
 """
 
 import atexit
@@ -75,18 +75,24 @@ warnings.filterwarnings("ignore", message=r".*The environment \S+-v4 is out of d
 
 
 # THE FLAGS
-def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -> None:
-    """Raise ValueError naming the first non-finite float flag, else the first out-of-range flag: the flags every RL
-    script has, the script's own `own_checks()` ((ok, message) pairs, made after the finiteness check) after the sizes,
-    then the flags without effect, the devices and the files.
-
-    A run's flags are checked in this order, before anything is written: tyro (types and choices, as it parses), this
-    list (the script's `check_args`), the files of --resume and --evaluate (`run_settings`), the env id and its action
-    space (`make_gym_env`, in the script's `make_env`: they need gymnasium's registry), and `check_memory` (the sizes
-    against the machine, which need the env's dimensions; in `Run`)."""
+def check_finite_flags(args) -> None:
+    """Raise ValueError naming the first non-finite float flag: a script's first check of its flags, before any check
+    that compares them (its own list for `check_flags` among them)."""
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"--{name.replace('_', '-')} must be finite (got {value})")
+
+
+def check_flags(args, own_checks: list[tuple[bool, str]]) -> None:
+    """Raise ValueError naming the first out-of-range flag: the flags every RL script has, the script's own checks
+    ((ok, message) pairs, made after `check_finite_flags`) after the sizes, then the flags without effect, the devices
+    and the files.
+
+    A run's flags are checked in this order, before anything is written: tyro (types and choices, as it parses),
+    `check_finite_flags` and this list (the script's `check_args`), the files of --resume and --evaluate
+    (`run_settings`), the env id and its action space (`make_gym_env`, in the script's `make_env`: they need
+    gymnasium's registry), and `check_memory` (the sizes against the machine, which need the env's dimensions; in
+    `Run`)."""
     checks = [
         (0 <= args.seed < 2**32, f"--seed must be in [0, 2^32) (got {args.seed})"),
         (args.total_timesteps >= 1, "--total-timesteps must be >= 1"),
@@ -106,7 +112,7 @@ def check_flags(args, own_checks: Callable[[], list[tuple[bool, str]]] = list) -
         (args.policy_frequency >= 1, "--policy-frequency must be >= 1"),
         (min(args.exploration_noise, args.policy_noise, args.noise_clip) >= 0, "noise scales must be >= 0"),
         (args.hidden_dim >= 1 and (args.wm_hidden_dim is None or args.wm_hidden_dim >= 1), "hidden dims must be >= 1"),
-        *own_checks(),
+        *own_checks,
         (0.0 <= args.obs_noise_scale < 1.0, "--obs-noise-scale must be in [0, 1)"),
         (args.dyn_noise_std is None or args.dyn_noise_std >= 0, "--dyn-noise-std must be >= 0"),
         *[(args.resume is not None, message) for message in flags_without_effect(args).values()],  # resume: ignored
@@ -529,7 +535,7 @@ def evaluate_saved_model(args, saved: dict, actor: nn.Module, env: gym.Env) -> N
     seeds; mean +- std printed and written to evaluation.json beside the model (-2, -3, ... for later ones; videos
     numbered alike), with the noise it was evaluated under and the noise the run trained with."""
     script_name, run_dir = saved["script"], os.path.dirname(os.path.abspath(args.evaluate))
-    torch.set_flush_denormal(True)  # as the run computed (the scripts' seeding block)
+    torch.set_flush_denormal(True)  # as the run computed (seed_everything)
     device, _ = training_device(args)  # on a GPU, the run's matmul precision
     try:
         actor.load_state_dict(saved["actor"])
@@ -730,8 +736,8 @@ class Run:
         return frequency > 0 and step >= self.args.learning_starts and step % frequency == 0
 
     def side_rng(self) -> AbstractContextManager:
-        """A fork of torch's RNGs (the CPU's and the training GPU's): what is drawn inside leaves training's draws as
-        they would have been without it."""
+        """A fork of torch's RNGs (the CPU's and the training GPU's; after `start`, which sets the device): what is
+        drawn inside leaves training's draws as they would have been without it."""
         return torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
 
     def log_contraction(self, factors: torch.Tensor, step: int) -> None:

@@ -127,11 +127,12 @@ class Args:
 
 
 def check_args(args: Args) -> None:
-    """Raise ValueError naming the first bad flag: run_bookkeeping.check_flags checks the flags every script has, and
-    these."""
+    """Raise ValueError naming the first bad flag: a non-finite one, else run_bookkeeping.check_flags's checks of the
+    flags every script has, with these."""
+    run_bookkeeping.check_finite_flags(args)  # first: the checks below compare numbers
     run_bookkeeping.check_flags(
         args,
-        lambda: [  # this script's own flags, checked after the sizes of those every script has
+        [  # this script's own flags, checked after the sizes of those every script has
             # none: --td-loss and --dyna are choices, which tyro checks
             # (the list is the skeleton the other scripts fill)
         ],

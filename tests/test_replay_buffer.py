@@ -69,14 +69,16 @@ def test_replay_buffer_checkpoint_holds_the_filled_rows_only(tmp_path):
     assert state["obs"].shape == (10, 3) and state["obs"][9, 0] == 9.0
 
 
-def test_add_takes_the_envs_arrays_and_returns_the_stored_row_as_tensors():
-    """The env's float32 arrays and float reward go in as they come; what `add` returns (what a world model's
-    normaliser takes) is the row just stored: obs (S,), action (A,), reward (1,), next_obs (S,)."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_add_takes_the_envs_arrays_and_returns_the_stored_row_as_tensors(dtype):
+    """The env's arrays (float32, as make_env casts them, or float64) and float reward go in as they come; what `add`
+    returns (what a world model's normaliser takes) is the float32 row just stored: obs (S,), action (A,), reward (1,),
+    next_obs (S,)."""
     rb = ReplayBuffer(3, 2, capacity=4, device=torch.device("cpu"))
-    obs, action, next_obs = (np.array(v, dtype=np.float32) for v in ([1, 2, 3], [0.5, -0.5], [4, 5, 6]))
+    obs, action, next_obs = (np.array(v, dtype=dtype) for v in ([1, 2, 3.1], [0.5, -0.3], [4, 5, 6]))
     returned = rb.add(obs, action, 0.25, next_obs, True)
     stored = (rb.obs[0], rb.actions[0], rb.rewards[:1], rb.next_obs[0])
     assert [t.shape for t in returned] == [(3,), (2,), (1,), (3,)]
-    for got, row, given in zip(returned, stored, (obs, action, np.float32([0.25]), next_obs)):
-        assert torch.equal(got, row) and torch.equal(got, torch.from_numpy(given))
+    for got, row, given in zip(returned, stored, (obs, action, np.array([0.25]), next_obs)):
+        assert torch.equal(got, row) and torch.equal(got, torch.from_numpy(given.astype(np.float32)))
     assert rb.terminations[0].item() == 1.0 and rb.size == 1

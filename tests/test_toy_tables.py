@@ -13,8 +13,9 @@ TABLE_CSV = ROOT / "benchmarks" / "toy_utd10" / "table.csv"
 
 def test_the_readme_holds_the_tools_table_of_the_committed_results():
     table = tables.readme_table(tables.read_rows(str(TABLE_CSV)))
-    assert table in (ROOT / "README.md").read_text(), "README.md's point-mass table: run benchmarks/toy_utd10/tables.py"
-    assert len(table.split("\n")) == 2 + len(tables.NAMES)
+    readme = (ROOT / "README.md").read_text()
+    hint = "README.md's point-mass table: run benchmarks/toy_utd10/tables.py --write"
+    assert tables.mujoco_tables.replace_table(readme, table, "README.md") == readme, hint  # the whole table, no more
 
 
 def rows_with(nauc: dict[str, tuple[float, float, float]]) -> dict[str, dict]:
@@ -42,12 +43,23 @@ def test_bold_is_a_ci_above_every_deterministic_critics():
     assert sum("**" in line for line in lines) == 1
 
 
-def test_a_table_without_a_group_is_refused_in_one_line(tmp_path):
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda rows: [row for row in rows if row[0] != "iqn"], "has no PointMass5-v0 row of iqn"),
+        (lambda rows: rows + [rows[1]], "has two PointMass5-v0 rows of td3_huber_no_dyna"),
+        (
+            lambda rows: [[cell for i, cell in enumerate(row) if rows[0][i] != "nauc_mean"] for row in rows],
+            "is damaged: its header has no column nauc_mean",
+        ),
+    ],
+)
+def test_a_table_without_a_group_with_one_twice_or_without_the_means_is_refused_in_one_line(tmp_path, change, message):
     with open(TABLE_CSV, newline="") as file:
         rows = list(csv.reader(file))
-    short = tmp_path / "table.csv"
-    with open(short, "w", newline="") as file:
-        csv.writer(file).writerows(row for row in rows if row[0] != "iqn")
+    changed = tmp_path / "table.csv"
+    with open(changed, "w", newline="") as file:
+        csv.writer(file).writerows(change(rows))
     with pytest.raises(SystemExit) as stop:
-        tables.read_rows(str(short))
-    assert str(stop.value) == f"tables.py: error: {short} has no PointMass5-v0 row of iqn"
+        tables.read_rows(str(changed))
+    assert str(stop.value) == f"tables.py: error: {changed} {message}"

@@ -42,18 +42,25 @@ NAUC_MEAN = ("nauc_mean", "nauc_mean_ci_lo", "nauc_mean_ci_hi")
 
 def read_rows(path: str) -> dict[str, dict]:
     """script -> its M = 5 row of table.csv, for every group NAMES lists; refuses a damaged file (mujoco_cpu's reader,
-    and here the nAUC means too) and one that lacks a group."""
-    rows = {row["script"]: row for row in mujoco_tables.read_csv(path) if row["env"] == ENV}
-    if missing := [script for script in NAMES if script not in rows]:
-        fail(f"{path} has no {ENV} row of {', '.join(missing)}")
-    for script, row in rows.items():
+    and here the nAUC means too), one with a group twice and one that lacks a group."""
+    rows = {}
+    for row in mujoco_tables.read_csv(path):
+        if row["env"] != ENV:
+            continue
+        if missing := [name for name in NAUC_MEAN if name not in row]:
+            fail(f"{path} is damaged: its header has no column {', '.join(missing)}")
+        if row["script"] in rows:
+            fail(f"{path} has two {ENV} rows of {row['script']}")
         for name in NAUC_MEAN:
             try:
-                value = float(row.get(name, "nan"))
+                value = float(row[name])
             except ValueError:
                 value = math.nan
             if not math.isfinite(value):
-                fail(f"{path} is damaged: {script}'s {name} is {row.get(name)!r}")
+                fail(f"{path} is damaged: {row['script']}'s {name} is {row[name]!r}")
+        rows[row["script"]] = row
+    if missing := [script for script in NAMES if script not in rows]:
+        fail(f"{path} has no {ENV} row of {', '.join(missing)}")
     return rows
 
 
