@@ -25,14 +25,13 @@ _spec.loader.exec_module(mujoco_tables)  # its csv reader (which refuses a damag
 fail, markdown_row = mujoco_tables.fail, mujoco_tables.markdown_row
 
 NAMES = {
-    "td3_huber_no_dyna": "TD3",
-    "td3_huber": "TD3 (Dyna)",
-    "mage_huber_sobolev": "MAGE",
-    "iqn": "IQN",
-    "mmd_critic": "MMD critic",
-    "dsdpg_mmd_sobolev": "DSDPG-MMD",
-    "dsdpg_msmmd_sobolev": "DSDPG-MSMMD",
-    "dsdpg_msmmd_sobolev_ascent": "DSDPG-MSMMD, ascent slicing",
+    script: name
+    for script, name in {
+        **mujoco_tables.NAMES,  # the MuJoCo names, in their order, but plain TD3's and with the ascent slicing row
+        "td3_huber_no_dyna": "TD3",
+        "dsdpg_msmmd_sobolev_ascent": "DSDPG-MSMMD, ascent slicing",
+    }.items()
+    if script != "td3_mse_no_dyna"
 }
 """The groups of table.csv (aggregate.py's names) as the README names them, in its row order"""
 DETERMINISTIC = ("td3_huber_no_dyna", "td3_huber", "mage_huber_sobolev")
