@@ -47,6 +47,9 @@ H100_SECONDS_PER_1000 = {  # the paper's runtime table (Humanoid-v2, one H100); 
     "dsdpg_msmmd_sobolev": 62.5,
 }
 CALIBRATION_ENV = "Humanoid-v4"
+PAPER_FLAGS = {"dsdpg_msmmd_sobolev": "--slice-lr 1e-4 --slice-steps 100"}
+"""Flags that hold a script at the paper's table where the script's default may differ: every run and timing of it
+here gets them (DSDPG-MSMMD's slicing search; README, "Choices the paper leaves open")"""
 DEFAULT_STEPS, HUMANOID_STEPS, DEFAULT_LEARNING_STARTS = 150_000, 250_000, 5_000
 COST_NEUTRAL_FLAGS = (  # flags that change no arithmetic of an iteration: left out of the FLOP table's keys
     "--exp-name",
@@ -55,6 +58,7 @@ COST_NEUTRAL_FLAGS = (  # flags that change no arithmetic of an iteration: left 
     "--dyn-noise",
     "--dyn-noise-std",
     "--kernel-bandwidth",
+    "--slice-lr",  # a step size: the search takes the same steps
     "--truncation",  # changes only the kernel's size: DSDPG-MMD on Ant counts 722.395 GFLOP at 0 % and at 25 %
     "--total-timesteps",
     "--learning-starts",
@@ -222,10 +226,28 @@ def part_args(part: Part, launch: run_grid.Launch, smoke: bool) -> run_grid.Args
     )
 
 
+def with_paper_flags(parts: tuple[Part, ...]) -> list[Part]:
+    """The parts, each script of PAPER_FLAGS split off into a part of its own whose common flags start with its own."""
+    split = []
+    for part in parts:
+        if others := tuple(script for script in part.scripts if script not in PAPER_FLAGS):
+            split.append(dataclasses.replace(part, scripts=others))
+        for script in part.scripts:
+            if script in PAPER_FLAGS:
+                common = f"{PAPER_FLAGS[script]} {part.common}".strip()
+                split.append(dataclasses.replace(part, scripts=(script,), common=common))
+    return split
+
+
+def calibration_key(script: str) -> str:
+    """The FLOP table's key of the script's run in the paper's runtime table (Humanoid, the paper's flags)."""
+    return cost_key(script, CALIBRATION_ENV, PAPER_FLAGS.get(script, "").split())
+
+
 def experiment_jobs(name: str, launch: run_grid.Launch, smoke: bool = False) -> list[run_grid.Job]:
     """The experiment's jobs, each once, seed-major; with `smoke`, each (script, flag set) on one env in turn."""
     jobs, seen, cell = [], {}, 0
-    for part in EXPERIMENTS[name].parts:
+    for part in with_paper_flags(EXPERIMENTS[name].parts):
         for job in run_grid.build_jobs(part_args(part, launch, smoke)):
             if job.job_dir in seen:
                 if seen[job.job_dir].command != job.command:
@@ -288,9 +310,7 @@ class CostModel:
         cpu = read_json(CPU_TIMING_PATH, "the CPU timing table")
         self.cpu_threads = cpu["threads"]
         self.cpu_gflops = {row["script"]: row["gflops"] for row in cpu["rows"] if "@" not in row["script"]}
-        reference = [
-            (self.flops(f"{s} {CALIBRATION_ENV}"), t) for s, t in H100_SECONDS_PER_1000.items() if "msmmd" not in s
-        ]
+        reference = [(self.flops(calibration_key(s)), t) for s, t in H100_SECONDS_PER_1000.items() if "msmmd" not in s]
         mean_f = sum(f for f, _ in reference) / len(reference)
         mean_t = sum(t for _, t in reference) / len(reference)
         self.seconds_per_tflop = sum((f - mean_f) * (t - mean_t) for f, t in reference) / sum(
@@ -305,7 +325,7 @@ class CostModel:
         return self.gflop[key]
 
     def gpu_seconds(self, job: run_grid.Job) -> float:
-        reference = self.flops(f"{job.script} {CALIBRATION_ENV}")
+        reference = self.flops(calibration_key(job.script))
         per_1000 = H100_SECONDS_PER_1000[job.script] + self.seconds_per_tflop * (
             self.flops(job_cost_key(job)) - reference
         )
@@ -417,6 +437,11 @@ def runtime_command(args: Run) -> list[str]:
     out = os.path.join(os.path.abspath(args.grid_dir), "runtime")
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "timing.py"), "--env-id", "Humanoid-v4", "--out"]
     command.append(os.path.join(out, "humanoid.json"))
+    scripts = [
+        f"{s}@{','.join(script_settings(PAPER_FLAGS[s].split()))}" if s in PAPER_FLAGS else s
+        for s in run_grid.ALL_SCRIPTS
+    ]
+    command += ["--scripts", *scripts]
     if args.smoke:
         flags = "hidden_dim=8 wm_hidden_dim=8 batch_size=16 updates_per_step=1 buffer_size=1000".split()
         command += ["--learning-starts", "16", "--seconds", "0.2", "--flop-iterations", "1", "--no-breakdown"]
@@ -508,7 +533,7 @@ def count_flops(_: CountFlops) -> None:
     sys.path.insert(0, ROOT)
     table = read_json(FLOPS_PATH, "the FLOP table") if os.path.exists(FLOPS_PATH) else {}
     launch = run_grid.Launch(grid_dir="runs_paper")
-    keys = {f"{script} {CALIBRATION_ENV}" for script in H100_SECONDS_PER_1000}
+    keys = {calibration_key(script) for script in H100_SECONDS_PER_1000}
     keys |= {job_cost_key(job) for name in EXPERIMENTS for job in experiment_jobs(name, launch)}
     missing = sorted(keys - set(table))
     if not missing:

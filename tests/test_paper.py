@@ -90,6 +90,8 @@ def test_mujoco_dry_run_is_the_papers_grid(tmp_path):
         humanoid = "--env-id Humanoid-v4" in command
         assert ("--total-timesteps 250000" in command) == humanoid
     assert sum("--obs-noise mult" in c for c in commands) == sum("--dyn-noise gauss" in c for c in commands) == 360
+    for command in commands:  # DSDPG-MSMMD at the paper's slicing search, whatever the script's default
+        assert ("--slice-lr 1e-4 --slice-steps 100" in command) == ("/dsdpg_msmmd_sobolev.py " in command), command
     total = re.search(
         r"^cost: ([\d,.]+) GPU-hours on an H100 \(([\d,.]+) to run\), ([\d,.]+) CPU-hours", result.stdout, re.M
     )
@@ -105,7 +107,8 @@ def test_every_experiment_has_a_cost_and_its_flop_counts():
         assert gpu > 0 and cpu > gpu, name
     # the calibration: each method's default run on Humanoid costs the paper's seconds per 1 000 iterations
     for script, seconds in paper.H100_SECONDS_PER_1000.items():
-        (job,) = run_grid.build_jobs(run_grid.Args(env_ids=["Humanoid-v4"], scripts=[script], seeds=[1]))
+        common = paper.PAPER_FLAGS.get(script, "")
+        (job,) = run_grid.build_jobs(run_grid.Args(env_ids=["Humanoid-v4"], scripts=[script], seeds=[1], common=common))
         assert model.gpu_seconds(job) == pytest.approx(seconds * (paper.DEFAULT_STEPS - 5000) / 1000)
     assert model.flops("dsdpg_mmd_sobolev Ant-v4 --num-samples 25") > model.flops("dsdpg_mmd_sobolev Ant-v4")
 
@@ -207,7 +210,8 @@ def test_the_two_single_process_experiments_smoke(tmp_path, experiment):
         assert set(summary["results"]) == {"unlimited", "n4"} and (grid / experiment / "dataset_size.png").is_file()
     else:
         timing = json.loads((grid / "runtime" / "humanoid.json").read_text())
-        assert [row["script"] for row in timing["rows"]] == list(run_grid.ALL_SCRIPTS)
+        msmmd = "dsdpg_msmmd_sobolev@slice_lr=1e-4,slice_steps=100"  # the paper's slicing search
+        assert [row["script"] for row in timing["rows"]] == [*run_grid.ALL_SCRIPTS[:-1], msmmd]
         assert all(row["gflop_per_iteration"] > 0 for row in timing["rows"])  # tiny timings can come out < 0
 
 
