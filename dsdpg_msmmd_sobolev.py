@@ -531,10 +531,7 @@ def dyna_rewards(replay_rewards: torch.Tensor, model_rewards: torch.Tensor, sour
 
 
 def sobolev_targets(
-    obs: torch.Tensor,
-    actions: torch.Tensor,
-    rewards: torch.Tensor,
-    terminations: torch.Tensor,
+    data: replay_buffer.ReplayBatch,
     world_model: WorldModel,
     target_actor: Actor,
     target_critic: Critic,
@@ -546,8 +543,7 @@ def sobolev_targets(
     complete: bool = False,
 ) -> torch.Tensor:
     """The 2N Sobolev Bellman target points (y_ck, dy_ck/da) of each pair, critic 1's N then critic 2's N, detached
-    (complete: (y_ck, dy_ck/da, dy_ck/ds)): obs (B, S), actions (B, A), rewards and terminations (B,) ->
-    (B, 2N, 1+A[+S]).
+    (complete: (y_ck, dy_ck/da, dy_ck/ds)): a replay batch of B pairs -> (B, 2N, 1+A[+S]).
 
     (s'_k, r^_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise),
     y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k),
@@ -556,12 +552,12 @@ def sobolev_targets(
     Every sample has its own input copy, every critic its own cotangent; one torch.autograd.grad(...,
     is_grads_batched=True) vmaps the backward over the E critics' cotangents. The noise is drawn in a fixed order.
     """
-    batch, n, act_dim, num_critics = obs.shape[0], num_samples, actions.shape[-1], target_critic.num_critics
+    batch, n, act_dim, num_critics = data.obs.shape[0], num_samples, data.actions.shape[-1], target_critic.num_critics
     with torch.enable_grad():
         sample_actions = (
-            actions.detach()[:, None].expand(batch, n, act_dim).clone().requires_grad_()
+            data.actions.detach()[:, None].expand(batch, n, act_dim).clone().requires_grad_()
         )  # a leaf per sample
-        sample_obs = obs.detach()[:, None].expand(batch, n, obs.shape[-1]).clone().requires_grad_(complete)
+        sample_obs = data.obs.detach()[:, None].expand(batch, n, data.obs.shape[-1]).clone().requires_grad_(complete)
         next_obs, model_rewards = world_model.sample(
             sample_obs.flatten(0, 1), sample_actions.flatten(0, 1), 1, copies=n
         )
@@ -569,7 +565,7 @@ def sobolev_targets(
         next_actions = target_actor(next_obs)  # (B*N, A)
         smoothing = (torch.randn_like(next_actions) * policy_noise).clamp(-noise_clip, noise_clip)
         next_actions = (next_actions + smoothing).clamp(-1.0, 1.0)
-        noise = torch.randn(num_critics, batch * n, target_critic.noise_dim, device=obs.device)
+        noise = torch.randn(num_critics, batch * n, target_critic.noise_dim, device=data.obs.device)
         critic_inputs = [
             x.detach().requires_grad_()[None].expand(num_critics, -1, -1) for x in (next_obs, next_actions)
         ]
@@ -577,11 +573,11 @@ def sobolev_targets(
             num_critics, batch, n
         )  # (E, B, N), each on its own (s', a')
         dz_ds, dz_da = torch.autograd.grad(next_z.sum(), critic_inputs)  # (E, B*N, S), (E, B*N, A): one pass, no zeros
-        rewards = dyna_rewards(rewards[:, None], model_rewards, dyna_reward)  # (B, N)
-        returns = rewards + gamma * (1.0 - terminations)[:, None] * next_z  # (E, B, N)
+        rewards = dyna_rewards(data.rewards[:, None], model_rewards, dyna_reward)  # (B, N)
+        returns = rewards + gamma * (1.0 - data.terminations)[:, None] * next_z  # (E, B, N)
         # dy_e/da = dr/da + gamma (1 - d) (dz_e/ds' ds'/da + dz_e/da' da'/da): world model and actor batched over e
-        discount = (gamma * (1.0 - terminations))[:, None].expand(batch, n).reshape(batch * n, 1)  # (B*N, 1)
-        cotangents = (torch.ones(num_critics, batch, n, device=obs.device), discount * dz_ds, discount * dz_da)
+        discount = (gamma * (1.0 - data.terminations))[:, None].expand(batch, n).reshape(batch * n, 1)  # (B*N, 1)
+        cotangents = (torch.ones(num_critics, batch, n, device=data.obs.device), discount * dz_ds, discount * dz_da)
         inputs = (sample_actions, sample_obs) if complete else (sample_actions,)
         grads = torch.autograd.grad((rewards, next_obs, next_actions), inputs, cotangents, is_grads_batched=True)
     targets = torch.cat([returns.detach().unsqueeze(-1), *grads], -1)  # (E, B, N, 1+A[+S])
@@ -608,17 +604,12 @@ def sobolev_samples(
 
 
 def critic_loss(
-    predictions: torch.Tensor,
-    targets: torch.Tensor,
-    h: float,
-    estimator: str,
-    slicing: tuple,
-    initial_theta: torch.Tensor,
+    predictions: torch.Tensor, targets: torch.Tensor, h: float, estimator: str, slicing: tuple
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MMD^2 between each critic's prediction set and the shared target set, mean over the batch, summed over the
-    critics, max-sliced (slicing = (steps, lr, optimizer)): predictions (E, B, N, 1+A), targets (B, K, 1+A) ->
-    (loss, theta)."""
-    steps, lr, optimizer = slicing
+    critics, max-sliced (slicing = (steps, lr, optimizer, initial_theta (E, B, 1+A))): predictions (E, B, N, 1+A),
+    targets (B, K, 1+A) -> (loss, theta)."""
+    steps, lr, optimizer, initial_theta = slicing
     loss, theta = max_sliced_mmd2(predictions, targets, h, steps, lr, estimator, initial_theta, optimizer)
     return loss.mean(1).sum(), theta
 
@@ -684,8 +675,7 @@ def main(args: Args) -> None:
     run_bookkeeping.seed_everything(args.seed)
     device, cuda_graphs = run_bookkeeping.training_device(args)  # a GPU: CUDA graphs and TF32 matmuls by default
 
-    obs_dim = env.observation_space.shape[0]
-    act_dim = env.action_space.shape[0]
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     actor = Actor(obs_dim, act_dim, args.hidden_dim).to(device)
     critic = Critic(obs_dim, act_dim, args.hidden_dim, args.noise_dim).to(device)
     target_actor = copy.deepcopy(actor).requires_grad_(False)
@@ -717,13 +707,10 @@ def main(args: Args) -> None:
         """A fresh replay batch and one critic step on it: what the actor step and the logs read."""
         data = rb.sample(args.batch_size)
         targets = sobolev_targets(
-            obs=data.obs,
-            actions=data.actions,
-            rewards=data.rewards,
-            terminations=data.terminations,
-            world_model=world_model,
-            target_actor=target_actor,
-            target_critic=target_critic,
+            data,
+            world_model,
+            target_actor,
+            target_critic,
             gamma=args.gamma,
             policy_noise=args.policy_noise,
             noise_clip=args.noise_clip,
@@ -734,10 +721,8 @@ def main(args: Args) -> None:
         targets = truncate_top(targets, args.truncation)  # (B, K, 1+A[+S]); predictions (2, B, N, 1+A[+S]):
         predictions = sobolev_samples(critic, data.obs, data.actions, args.num_samples, args.sobolev == "complete")
         initial_theta = torch.randn(critic.num_critics, args.batch_size, targets.shape[-1], device=device)
-        slicing = (args.slice_steps, args.slice_lr, args.slice_optimizer)
-        qf_loss, theta = critic_loss(
-            predictions, targets, args.kernel_bandwidth, args.mmd_estimator, slicing, initial_theta
-        )
+        slicing = (args.slice_steps, args.slice_lr, args.slice_optimizer, initial_theta)
+        qf_loss, theta = critic_loss(predictions, targets, args.kernel_bandwidth, args.mmd_estimator, slicing)
 
         critic_optimizer.zero_grad()
         qf_loss.backward()

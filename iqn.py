@@ -403,10 +403,7 @@ def dyna_rewards(replay_rewards: torch.Tensor, model_rewards: torch.Tensor, sour
 
 
 def return_targets(
-    obs: torch.Tensor,
-    actions: torch.Tensor,
-    rewards: torch.Tensor,
-    terminations: torch.Tensor,
+    data: replay_buffer.ReplayBatch,
     world_model: WorldModel,
     target_actor: Actor,
     target_critic: Critic,
@@ -417,24 +414,24 @@ def return_targets(
     dyna_reward: str = "replay",
 ) -> torch.Tensor:
     """The 2N distributional Bellman target returns y_ck of each pair, critic 1's N then critic 2's N:
-    obs (B, S), actions (B, A), rewards and terminations (B,) -> (B, 2N, 1).
+    a replay batch of B pairs -> (B, 2N, 1).
 
     (s'_k, r^_k) = g(s, a, eps_k), a'_k = clip(pi'(s'_k) + clipped smoothing noise),
     y_ck = r_k + gamma (1 - d) Z'_c(s'_k, a'_k),
     r_k the replay reward with r^_k's gradient or r^_k itself (`dyna_reward` "replay" or "model", see `dyna_rewards`).
     The target critics' quantile levels tau'_ck ~ U(0, 1) are fresh draws.
     """
-    batch, n, num_critics = obs.shape[0], num_samples, target_critic.num_critics
+    batch, n, num_critics = data.obs.shape[0], num_samples, target_critic.num_critics
     with torch.no_grad():
-        next_obs, model_rewards = world_model.sample(obs, actions, n)
+        next_obs, model_rewards = world_model.sample(data.obs, data.actions, n)
         next_obs = next_obs.reshape(batch * n, -1)  # (B*N, S); model_rewards (B, N)
         next_actions = target_actor(next_obs)  # (B*N, A)
         smoothing = (torch.randn_like(next_actions) * policy_noise).clamp(-noise_clip, noise_clip)
         next_actions = (next_actions + smoothing).clamp(-1.0, 1.0)
-        taus = torch.rand(num_critics, batch * n, device=obs.device)
+        taus = torch.rand(num_critics, batch * n, device=data.obs.device)
         next_z = target_critic(next_obs, next_actions, taus).reshape(num_critics, batch, n)  # (E, B, N)
-        rewards = dyna_rewards(rewards[:, None], model_rewards, dyna_reward)  # (B, N)
-        returns = rewards + gamma * (1.0 - terminations)[:, None] * next_z  # (E, B, N)
+        rewards = dyna_rewards(data.rewards[:, None], model_rewards, dyna_reward)  # (B, N)
+        returns = rewards + gamma * (1.0 - data.terminations)[:, None] * next_z  # (E, B, N)
     return returns.transpose(0, 1).reshape(batch, num_critics * n, 1)
 
 
@@ -503,8 +500,7 @@ def main(args: Args) -> None:
     run_bookkeeping.seed_everything(args.seed)
     device, cuda_graphs = run_bookkeeping.training_device(args)  # a GPU: CUDA graphs and TF32 matmuls by default
 
-    obs_dim = env.observation_space.shape[0]
-    act_dim = env.action_space.shape[0]
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     actor = Actor(obs_dim, act_dim, args.hidden_dim).to(device)
     critic = Critic(obs_dim, act_dim, args.hidden_dim, args.num_cosines).to(device)
     target_actor = copy.deepcopy(actor).requires_grad_(False)
@@ -534,13 +530,10 @@ def main(args: Args) -> None:
         """A fresh replay batch and one critic step on it: what the actor step and the logs read."""
         data = rb.sample(args.batch_size)
         targets = return_targets(
-            obs=data.obs,
-            actions=data.actions,
-            rewards=data.rewards,
-            terminations=data.terminations,
-            world_model=world_model,
-            target_actor=target_actor,
-            target_critic=target_critic,
+            data,
+            world_model,
+            target_actor,
+            target_critic,
             gamma=args.gamma,
             policy_noise=args.policy_noise,
             noise_clip=args.noise_clip,

@@ -444,8 +444,7 @@ def main(args: Args) -> None:
     run_bookkeeping.seed_everything(args.seed)
     device, cuda_graphs = run_bookkeeping.training_device(args)  # a GPU: CUDA graphs and TF32 matmuls by default
 
-    obs_dim = env.observation_space.shape[0]
-    act_dim = env.action_space.shape[0]
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     actor = Actor(obs_dim, act_dim, args.hidden_dim).to(device)
     critic = Critic(obs_dim, act_dim, args.hidden_dim).to(device)
     target_actor = copy.deepcopy(actor).requires_grad_(False)

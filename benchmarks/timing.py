@@ -261,10 +261,7 @@ def critic_update_breakdown(module, args: Args, variant: list[str]) -> tuple[lis
                 )
         else:
             target_args = (
-                data.obs,
-                data.actions,
-                data.rewards,
-                data.terminations,
+                data,
                 world_model,
                 target_actor,
                 target_critic,
@@ -288,8 +285,8 @@ def critic_update_breakdown(module, args: Args, variant: list[str]) -> tuple[lis
                 loss = module.critic_loss(*predictions, targets)
             elif hasattr(a, "slice_steps"):
                 theta = torch.randn(critic.num_critics, a.batch_size, targets.shape[-1], device=device)
-                slicing = (a.slice_steps, a.slice_lr, a.slice_optimizer)
-                loss = module.critic_loss(predictions, targets, a.kernel_bandwidth, a.mmd_estimator, slicing, theta)[0]
+                slicing = (a.slice_steps, a.slice_lr, a.slice_optimizer, theta)
+                loss = module.critic_loss(predictions, targets, a.kernel_bandwidth, a.mmd_estimator, slicing)[0]
             else:
                 loss = module.critic_loss(predictions, targets, a.kernel_bandwidth, a.mmd_estimator)
         loss.backward()

@@ -9,6 +9,8 @@ import pytest
 import torch
 from helpers import tiny_target_networks
 
+import replay_buffer
+
 DISTRIBUTIONAL = ["mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
 
 
@@ -56,9 +58,8 @@ def test_sobolev_targets_equal_the_straightforward_reference(name, world_model_k
     obs, actions = torch.randn(5, 3), torch.rand(5, 2) * 1.6 - 0.8
     rewards, terminations = torch.tensor([0.0, 10.0, 0.5, 0.0, -1.0]), torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0])
     torch.manual_seed(11)
-    targets = module.sobolev_targets(
-        obs, actions, rewards, terminations, *parts, 0.9, 0.2, 0.5, 4, dyna_reward, complete
-    )
+    batch = replay_buffer.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
+    targets = module.sobolev_targets(batch, *parts, 0.9, 0.2, 0.5, 4, dyna_reward, complete)
     torch.manual_seed(11)
     expected = reference_targets(module, obs, actions, rewards, terminations, parts, 4, complete, dyna_reward)
     assert targets.shape == expected.shape == (5, 8, 3 + 3 * complete)
@@ -77,7 +78,8 @@ def test_a_few_critic_updates_on_the_reduced_targets_equal_those_on_the_referenc
         for which, (critic, optimizer) in enumerate(zip(critics, optimizers)):
             torch.manual_seed(100 + update)
             if which == 0:
-                targets = module.sobolev_targets(obs, actions, rewards, terminations, *parts, 0.9, 0.2, 0.5, 4)
+                batch = replay_buffer.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
+                targets = module.sobolev_targets(batch, *parts, 0.9, 0.2, 0.5, 4)
             else:
                 targets = reference_targets(module, obs, actions, rewards, terminations, parts, 4, False, "replay")
             predictions = module.sobolev_samples(critic, obs, actions, 4)

@@ -220,10 +220,7 @@ def test_sobolev_targets_match_per_sample_finite_differences(float64):
     def targets_at(a: torch.Tensor) -> torch.Tensor:
         torch.manual_seed(123)  # the same noise at every evaluation
         return dsdpg.sobolev_targets(
-            obs,
-            a,
-            torch.zeros(4),
-            terminations,
+            replay_buffer.ReplayBatch(obs, a, torch.zeros(4), torch.zeros_like(obs), terminations),
             world_model,
             actor,
             critic,
@@ -285,9 +282,8 @@ def test_sobolev_targets_equal_the_hand_derived_linear_quadratic_gradients(float
     obs, actions = torch.randn(5, s_dim) * 0.5, torch.rand(5, a_dim) - 0.5
     terminations = torch.zeros(5)
     torch.manual_seed(9)
-    targets = dsdpg.sobolev_targets(
-        obs, actions, torch.zeros(5), terminations, model, policy, critic, gamma, 0.0, 0.5, num_samples=4
-    )
+    batch = replay_buffer.ReplayBatch(obs, actions, torch.zeros(5), torch.zeros_like(obs), terminations)
+    targets = dsdpg.sobolev_targets(batch, model, policy, critic, gamma, 0.0, 0.5, num_samples=4)
     torch.manual_seed(9)
     eps = torch.randn(5 * 4, 1, s_dim + 1)  # the model's draw inside sobolev_targets (per-sample copies of a)
     next_obs = (obs @ m.T + actions @ p.T).repeat_interleave(4, 0) + 0.1 * eps[:, 0, :-1]  # (B*N, S)

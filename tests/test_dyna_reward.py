@@ -30,28 +30,13 @@ def targets_of(module, obs, actions, rewards, terminations, parts, dyna_reward: 
     """The script's Dyna target function under a fixed seed: (B,) / (B, 1+A) / (B, 2N, 1[+A[+S]])."""
     world_model, actor, critic = parts
     torch.manual_seed(seed)
+    batch = replay_buffer.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
     if module.__name__ == "td3_huber":
-        batch = replay_buffer.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
         return module.td_targets(batch, world_model, actor, critic, 0.9, 0.2, 0.5, dyna_reward=dyna_reward)
     if module.__name__ == "mage_huber_sobolev":
-        batch = replay_buffer.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
         return module.sobolev_targets(batch, world_model, actor, critic, 0.9, 0.2, 0.5, dyna_reward=dyna_reward)
     function = module.sobolev_targets if module.__name__ in SOBOLEV else module.return_targets
-    return function(
-        obs,
-        actions,
-        rewards,
-        terminations,
-        world_model,
-        actor,
-        critic,
-        0.9,
-        0.2,
-        0.5,
-        3,
-        dyna_reward=dyna_reward,
-        **kwargs,
-    )
+    return function(batch, world_model, actor, critic, 0.9, 0.2, 0.5, 3, dyna_reward=dyna_reward, **kwargs)
 
 
 def check_dyna_rewards_replay_exactness(module, dtype: torch.dtype) -> None:

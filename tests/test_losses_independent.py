@@ -70,7 +70,7 @@ def check_msmmd_critic_loss(module, estimator: str) -> None:
     predictions, targets = random_sets()
     h = 0.7
     initial_theta = torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 2.0
-    loss, theta = module.critic_loss(predictions, targets, h, estimator, (0, 0.1, "adam"), initial_theta)
+    loss, theta = module.critic_loss(predictions, targets, h, estimator, (0, 0.1, "adam", initial_theta))
     assert loss.shape == () and theta.shape == (2, 3, 3)
     directions = [
         [[t / math.sqrt(sum(c * c for c in row)) for t in row] for row in rows] for rows in initial_theta.tolist()
