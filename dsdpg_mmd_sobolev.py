@@ -534,7 +534,7 @@ def sobolev_samples(
 
 def critic_loss(predictions: torch.Tensor, targets: torch.Tensor, h: float, estimator: str) -> torch.Tensor:
     """MMD^2 between each critic's prediction set and the shared target set, mean over the batch, summed over the
-    critics: predictions (E, B, N, 1+A), targets (B, K, 1+A)."""
+    critics: predictions (E, B, N, 1+A[+S]), targets (B, K, 1+A[+S])."""
     return mmd2(predictions, targets, h, estimator).mean(1).sum()
 
 

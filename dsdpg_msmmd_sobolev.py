@@ -607,8 +607,8 @@ def critic_loss(
     predictions: torch.Tensor, targets: torch.Tensor, h: float, estimator: str, slicing: tuple
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MMD^2 between each critic's prediction set and the shared target set, mean over the batch, summed over the
-    critics, max-sliced (slicing = (steps, lr, optimizer, initial_theta (E, B, 1+A))): predictions (E, B, N, 1+A),
-    targets (B, K, 1+A) -> (loss, theta)."""
+    critics, max-sliced (slicing = (steps, lr, optimizer, initial_theta (E, B, d))): predictions (E, B, N, d), targets
+    (B, K, d), d = 1+A[+S] -> (loss, theta)."""
     steps, lr, optimizer, initial_theta = slicing
     loss, theta = max_sliced_mmd2(predictions, targets, h, steps, lr, estimator, initial_theta, optimizer)
     return loss.mean(1).sum(), theta

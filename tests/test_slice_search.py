@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import load_benchmark
+from helpers import load_benchmark, only_run_dir, run_script
 
 import dsdpg_msmmd_sobolev as msmmd
 
@@ -74,3 +74,20 @@ def test_the_scripts_search_from_a_random_start(optimizer, lr, steps, reaches):
         assert (reached >= 0.95 * best).all()
     else:
         assert (turned < 2.0).all() and (reached < 0.95 * best).any() and reached.mean() < 0.5 * best.mean()
+
+
+@pytest.mark.slow
+def test_capture_records_the_batches_and_starts_the_scripts_update_searches_from(tmp_path):
+    """capture() wraps the script's critic_loss: what it records is what the resumed update passed (its replay batch's
+    prediction and target sets, the search's start), and the script's own function is back in place afterwards."""
+    flags = "--total-timesteps 160 --learning-starts 100 --hidden-dim 16 --wm-hidden-dim 16 --batch-size 16"
+    flags += " --eval-frequency 80 --eval-episodes 1 --num-samples 4 --noise-dim 8 --slice-steps 5"
+    result = run_script("dsdpg_msmmd_sobolev.py", *flags.split(), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    module, built, step, captured = slice_search.capture(str(only_run_dir(tmp_path)), 2)
+    assert step == 160 and len(captured) == 2 and module.critic_loss.__module__ == module.__name__
+    for predictions, targets, start in captured:  # Walker2d-v4 (the default): d = 1 + 6; K = 8 - 25 % = 6
+        assert predictions.shape == (2, 16, 4, 7) and targets.shape == (16, 6, 7) and start.shape == (2, 16, 7)
+        loss, theta = module.critic_loss(predictions, targets, 100.0, "biased", (0, 0.1, "adam", start))
+        torch.testing.assert_close(theta, F.normalize(start, dim=-1))  # 0 steps: the search stays on its start
+    assert not torch.equal(captured[0][2], captured[1][2])  # a fresh start per update

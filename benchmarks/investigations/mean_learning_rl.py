@@ -39,10 +39,10 @@ import td3_huber  # noqa: E402
 def patch_gradient_scale(factor: float) -> None:
     original = script.critic_loss
 
-    def critic_loss(predictions, targets, h, estimator, slicing, initial_theta):
+    def critic_loss(predictions, targets, h, estimator, slicing):
         scale = predictions.new_full((predictions.shape[-1],), factor)
         scale[0] = 1.0
-        return original(predictions * scale, targets * scale, h, estimator, slicing, initial_theta)
+        return original(predictions * scale, targets * scale, h, estimator, slicing)
 
     script.critic_loss = critic_loss
 

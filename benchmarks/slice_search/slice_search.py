@@ -115,9 +115,9 @@ def capture(path: str, batches: int) -> tuple:
     module, built, step = sobolev_split.resume_until_loop(path)
     captured, original_loss = [], module.critic_loss
 
-    def critic_loss(predictions, targets, h, estimator, slicing, initial_theta):
-        captured.append((predictions.detach().clone(), targets.detach().clone(), initial_theta.clone()))
-        return original_loss(predictions, targets, h, estimator, slicing, initial_theta)
+    def critic_loss(predictions, targets, h, estimator, slicing):  # slicing = (steps, lr, optimizer, initial theta)
+        captured.append((predictions.detach().clone(), targets.detach().clone(), slicing[3].clone()))
+        return original_loss(predictions, targets, h, estimator, slicing)
 
     module.critic_loss = critic_loss
     built["critic_optimizer"].step = lambda *a, **k: None  # every batch sees the checkpoint's critic
