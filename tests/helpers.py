@@ -139,6 +139,15 @@ def read_wandb_run(run_file: str | Path) -> tuple[list[dict], dict]:
     return rows, config
 
 
+def dyna_batch(obs, actions, rewards, terminations):
+    """A replay batch for the target functions, which draw s' from the world model (next_obs is never read: zeros)."""
+    import torch
+
+    import replay_buffer
+
+    return replay_buffer.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
+
+
 def tiny_target_networks(module, world_model_kind: str, seed: int, obs_dim: int = 3, act_dim: int = 2) -> tuple:
     """(world model with non-trivial normaliser statistics, target actor, target critics) of a script, all tiny; the
     flow's couplings get some shape (it starts as an orthogonal map)."""

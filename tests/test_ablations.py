@@ -6,7 +6,7 @@ import importlib
 import helpers
 import pytest
 import torch
-from helpers import only_run_dir, read_scalars, read_summary, run_script
+from helpers import dyna_batch, only_run_dir, read_scalars, read_summary, run_script
 
 import replay_buffer
 import td3_huber
@@ -140,7 +140,7 @@ def test_complete_sobolev_targets_match_finite_differences_in_action_and_state(n
     def targets_at(s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         torch.manual_seed(77)
         return module.sobolev_targets(
-            replay_buffer.ReplayBatch(s, a, torch.zeros(4), torch.zeros_like(s), terminations),
+            dyna_batch(s, a, torch.zeros(4), terminations),
             world_model,
             actor,
             critic,
@@ -155,7 +155,7 @@ def test_complete_sobolev_targets_match_finite_differences_in_action_and_state(n
     targets = targets_at(obs, actions)
     assert targets.shape == (4, 6, 1 + 2 + 3)
     torch.manual_seed(77)
-    batch = replay_buffer.ReplayBatch(obs, actions, torch.zeros(4), torch.zeros_like(obs), terminations)
+    batch = dyna_batch(obs, actions, torch.zeros(4), terminations)
     action_only = module.sobolev_targets(batch, world_model, actor, critic, 0.9, 0.2, 0.5, 3, "model")
     torch.testing.assert_close(targets[..., :3], action_only)  # the complete operator extends the action one
     h = 1e-6

@@ -7,9 +7,7 @@ import importlib
 
 import pytest
 import torch
-from helpers import tiny_target_networks
-
-import replay_buffer
+from helpers import dyna_batch, tiny_target_networks
 
 DISTRIBUTIONAL = ["mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
 
@@ -58,7 +56,7 @@ def test_sobolev_targets_equal_the_straightforward_reference(name, world_model_k
     obs, actions = torch.randn(5, 3), torch.rand(5, 2) * 1.6 - 0.8
     rewards, terminations = torch.tensor([0.0, 10.0, 0.5, 0.0, -1.0]), torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0])
     torch.manual_seed(11)
-    batch = replay_buffer.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
+    batch = dyna_batch(obs, actions, rewards, terminations)
     targets = module.sobolev_targets(batch, *parts, 0.9, 0.2, 0.5, 4, dyna_reward, complete)
     torch.manual_seed(11)
     expected = reference_targets(module, obs, actions, rewards, terminations, parts, 4, complete, dyna_reward)
@@ -78,7 +76,7 @@ def test_a_few_critic_updates_on_the_reduced_targets_equal_those_on_the_referenc
         for which, (critic, optimizer) in enumerate(zip(critics, optimizers)):
             torch.manual_seed(100 + update)
             if which == 0:
-                batch = replay_buffer.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
+                batch = dyna_batch(obs, actions, rewards, terminations)
                 targets = module.sobolev_targets(batch, *parts, 0.9, 0.2, 0.5, 4)
             else:
                 targets = reference_targets(module, obs, actions, rewards, terminations, parts, 4, False, "replay")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import error_lines, only_run_dir, read_scalars, read_summary, run_script, run_script_in_process
+from helpers import dyna_batch, error_lines, only_run_dir, read_scalars, read_summary, run_script, run_script_in_process
 
 import dsdpg_mmd_sobolev as dsdpg
 import dsdpg_msmmd_sobolev as dsdpg_ms
@@ -220,7 +220,7 @@ def test_sobolev_targets_match_per_sample_finite_differences(float64):
     def targets_at(a: torch.Tensor) -> torch.Tensor:
         torch.manual_seed(123)  # the same noise at every evaluation
         return dsdpg.sobolev_targets(
-            replay_buffer.ReplayBatch(obs, a, torch.zeros(4), torch.zeros_like(obs), terminations),
+            dyna_batch(obs, a, torch.zeros(4), terminations),
             world_model,
             actor,
             critic,
@@ -282,7 +282,7 @@ def test_sobolev_targets_equal_the_hand_derived_linear_quadratic_gradients(float
     obs, actions = torch.randn(5, s_dim) * 0.5, torch.rand(5, a_dim) - 0.5
     terminations = torch.zeros(5)
     torch.manual_seed(9)
-    batch = replay_buffer.ReplayBatch(obs, actions, torch.zeros(5), torch.zeros_like(obs), terminations)
+    batch = dyna_batch(obs, actions, torch.zeros(5), terminations)
     targets = dsdpg.sobolev_targets(batch, model, policy, critic, gamma, 0.0, 0.5, num_samples=4)
     torch.manual_seed(9)
     eps = torch.randn(5 * 4, 1, s_dim + 1)  # the model's draw inside sobolev_targets (per-sample copies of a)

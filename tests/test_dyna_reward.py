@@ -7,9 +7,7 @@ import importlib
 
 import pytest
 import torch
-from helpers import only_run_dir, read_scalars, run_script, tiny_target_networks
-
-import replay_buffer
+from helpers import dyna_batch, only_run_dir, read_scalars, run_script, tiny_target_networks
 
 DISTRIBUTIONAL = ["mmd_critic", "iqn", "dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
 SOBOLEV = ["dsdpg_mmd_sobolev", "dsdpg_msmmd_sobolev"]
@@ -30,7 +28,7 @@ def targets_of(module, obs, actions, rewards, terminations, parts, dyna_reward: 
     """The script's Dyna target function under a fixed seed: (B,) / (B, 1+A) / (B, 2N, 1[+A[+S]])."""
     world_model, actor, critic = parts
     torch.manual_seed(seed)
-    batch = replay_buffer.ReplayBatch(obs, actions, rewards, torch.zeros_like(obs), terminations)
+    batch = dyna_batch(obs, actions, rewards, terminations)
     if module.__name__ == "td3_huber":
         return module.td_targets(batch, world_model, actor, critic, 0.9, 0.2, 0.5, dyna_reward=dyna_reward)
     if module.__name__ == "mage_huber_sobolev":

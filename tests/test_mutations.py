@@ -16,7 +16,7 @@ import run_bookkeeping
 
 import pytest
 import torch
-from helpers import RL_SCRIPTS, tiny_target_networks
+from helpers import RL_SCRIPTS, dyna_batch, tiny_target_networks
 from test_losses_independent import loss_loop
 
 import dsdpg_msmmd_sobolev
@@ -256,7 +256,7 @@ def test_iqn_target_quantile_levels_are_uniform_draws():
     recorder = RecordingCritic(critic)
     torch.manual_seed(1)
     obs, actions = torch.randn(8, 3), torch.rand(8, 2) * 2 - 1
-    batch = replay_buffer.ReplayBatch(obs, actions, torch.zeros(8), torch.zeros_like(obs), torch.zeros(8))
+    batch = dyna_batch(obs, actions, torch.zeros(8), torch.zeros(8))
     targets = iqn.return_targets(batch, world_model, actor, recorder, 0.9, 0.2, 0.5, 16)
     assert targets.shape == (8, 32, 1) and len(recorder.levels) == 1
     levels = recorder.levels[0]
