@@ -515,11 +515,9 @@ def main(args: Args) -> None:
         world_model.parameters(), lr=args.wm_learning_rate, weight_decay=1e-4, foreach=True
     )
     rb = replay_buffer.ReplayBuffer(obs_dim, act_dim, args.buffer_size, device)
-    networks = dict(
-        actor=actor, critic=critic, target_actor=target_actor, target_critic=target_critic, world_model=world_model
-    )
+    networks = dict(actor=actor, critic=critic, target_actor=target_actor, target_critic=target_critic)
     optimizers = dict(actor_optimizer=actor_optimizer, critic_optimizer=critic_optimizer, wm_optimizer=wm_optimizer)
-    stateful = {**networks, **optimizers, "replay_buffer": rb}  # what a checkpoint holds, by name (None: not built)
+    stateful = {**networks, "world_model": world_model, **optimizers, "replay_buffer": rb}  # what a checkpoint holds
     if args.compile:
         from flag_extras import compile_parts
 
@@ -547,12 +545,7 @@ def main(args: Args) -> None:
         critic_optimizer.zero_grad()
         qf_loss.backward()
         critic_optimizer.step()
-        return {
-            "obs": data.obs,
-            "predictions": predictions.detach(),
-            "targets": targets.detach(),
-            "qf_loss": qf_loss.detach(),
-        }
+        return dict(obs=data.obs, predictions=predictions.detach(), targets=targets.detach(), qf_loss=qf_loss.detach())
 
     def update_actor(obs: torch.Tensor) -> torch.Tensor:
         """One actor step on the critic step's states obs (B, S), then the target networks' Polyak step."""
